@@ -1,0 +1,213 @@
+from conveyor.v1 import pipeline_pb2 as _pipeline_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PipelineInfo(_message.Message):
+    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes")
+    class EpochSizesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_FIELD_NUMBER: _ClassVar[int]
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_FIELD_NUMBER: _ClassVar[int]
+    LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_SIZES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    holder: str
+    generation: int
+    fingerprint: str
+    spec: _pipeline_pb2.PipelineSpec
+    produced: int
+    sent: int
+    acknowledged: int
+    streaming: bool
+    latest_checkpoint: str
+    epoch_sizes: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class CreatePipelineRequest(_message.Message):
+    __slots__ = ("name", "spec", "keep_checkpoints")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    spec: _pipeline_pb2.PipelineSpec
+    keep_checkpoints: int
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
+
+class CreatePipelineResponse(_message.Message):
+    __slots__ = ("pipeline",)
+    PIPELINE_FIELD_NUMBER: _ClassVar[int]
+    pipeline: PipelineInfo
+    def __init__(self, pipeline: _Optional[_Union[PipelineInfo, _Mapping]] = ...) -> None: ...
+
+class DeletePipelineRequest(_message.Message):
+    __slots__ = ("name", "keep_checkpoints")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    keep_checkpoints: bool
+    def __init__(self, name: _Optional[str] = ..., keep_checkpoints: _Optional[bool] = ...) -> None: ...
+
+class DeletePipelineResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPipelinesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPipelinesResponse(_message.Message):
+    __slots__ = ("pipelines",)
+    PIPELINES_FIELD_NUMBER: _ClassVar[int]
+    pipelines: _containers.RepeatedCompositeFieldContainer[PipelineInfo]
+    def __init__(self, pipelines: _Optional[_Iterable[_Union[PipelineInfo, _Mapping]]] = ...) -> None: ...
+
+class DescribePipelineRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DescribePipelineResponse(_message.Message):
+    __slots__ = ("pipeline",)
+    PIPELINE_FIELD_NUMBER: _ClassVar[int]
+    pipeline: PipelineInfo
+    def __init__(self, pipeline: _Optional[_Union[PipelineInfo, _Mapping]] = ...) -> None: ...
+
+class StreamBatchesRequest(_message.Message):
+    __slots__ = ("name", "consumed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    consumed: int
+    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ...) -> None: ...
+
+class TensorHeader(_message.Message):
+    __slots__ = ("dtype", "layout", "ndim", "shapes")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    NDIM_FIELD_NUMBER: _ClassVar[int]
+    SHAPES_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    layout: str
+    ndim: int
+    shapes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dtype: _Optional[str] = ..., layout: _Optional[str] = ..., ndim: _Optional[int] = ..., shapes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BatchHeader(_message.Message):
+    __slots__ = ("index", "batch_size", "outputs", "total_bytes")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    batch_size: int
+    outputs: _containers.RepeatedCompositeFieldContainer[TensorHeader]
+    total_bytes: int
+    def __init__(self, index: _Optional[int] = ..., batch_size: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorHeader, _Mapping]]] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class StreamBatchesResponse(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: BatchHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ("name", "consumed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    consumed: int
+    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ...) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint", "data")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: CheckpointInfo
+    data: bytes
+    def __init__(self, checkpoint: _Optional[_Union[CheckpointInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class CheckpointInfo(_message.Message):
+    __slots__ = ("id", "pipeline", "batches", "created_unix_ms", "size_bytes", "server", "generation")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pipeline: str
+    batches: int
+    created_unix_ms: int
+    size_bytes: int
+    server: str
+    generation: int
+    def __init__(self, id: _Optional[str] = ..., pipeline: _Optional[str] = ..., batches: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., server: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class RestoreRequest(_message.Message):
+    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    checkpoint_id: str
+    data: bytes
+    spec: _pipeline_pb2.PipelineSpec
+    keep_checkpoints: int
+    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
+
+class RestoreResponse(_message.Message):
+    __slots__ = ("pipeline", "batches")
+    PIPELINE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    pipeline: PipelineInfo
+    batches: int
+    def __init__(self, pipeline: _Optional[_Union[PipelineInfo, _Mapping]] = ..., batches: _Optional[int] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ...) -> None: ...
+
+class GetCheckpointRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint", "data")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: CheckpointInfo
+    data: bytes
+    def __init__(self, checkpoint: _Optional[_Union[CheckpointInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
