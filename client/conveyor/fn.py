@@ -1,0 +1,70 @@
+"""Operators, spelled as DALI's ``fn`` module: ``fn.readers.file``, ``fn.rotate``, ...
+
+Each call records one operator in the pipeline being defined and returns its outputs as
+``DataNode``s. Constant arguments are validated against ``conveyor.schema`` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from conveyor.errors import SpecError
+from conveyor.pipeline_def import DataNode, current_builder
+from conveyor.schema import SCHEMAS, encode_arg, schema_of
+from conveyor.v1 import pipeline_pb2
+
+
+def _make_op(op_type: str) -> Callable[..., Any]:
+    schema = schema_of(op_type)
+
+    def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
+        builder = current_builder(op_type)
+        if len(inputs) != schema.num_inputs:
+            raise SpecError(op_type, None, f"takes {schema.num_inputs} positional input(s), "
+                            f"got {len(inputs)}")
+        if device not in schema.devices:
+            raise SpecError(op_type, "device", f"got {device!r}, expected one of "
+                            + ", ".join(repr(d) for d in schema.devices))
+        spec = pipeline_pb2.OpSpec(type=op_type, name=name, device=device,
+                                   num_outputs=len(schema.outputs))
+        for i, node in enumerate(inputs):
+            if not isinstance(node, DataNode) or node.builder is not builder:
+                raise SpecError(op_type, None, f"input {i} is {node!r}, expected the output "
+                                "of another operator of this pipeline")
+            spec.inputs.append(node.ref())
+        for key, value in kwargs.items():
+            if isinstance(value, DataNode):
+                arg = schema.args.get(key)
+                if arg is None:
+                    encode_arg(op_type, key, value)  # raises: unknown argument
+                elif not arg.tensor:
+                    raise SpecError(op_type, key, "takes a constant, not an operator output")
+                spec.arg_inputs[key].CopyFrom(value.ref())
+            elif value is not None:
+                spec.args[key].CopyFrom(encode_arg(op_type, key, value))
+        index = builder.add(spec)
+        nodes = [DataNode(index, i, builder) for i in range(len(schema.outputs))]
+        return nodes[0] if len(nodes) == 1 else tuple(nodes)
+
+    op.__name__ = op_type.rsplit(".", 1)[-1]
+    op.__qualname__ = f"fn.{op_type}"
+    op.__doc__ = f"Operator ``fn.{op_type}``: arguments {sorted(schema.args)}."
+    return op
+
+
+def _namespace(prefix: str) -> SimpleNamespace:
+    ops = {t[len(prefix) + 1:]: _make_op(t) for t in SCHEMAS if t.startswith(prefix + ".")}
+    return SimpleNamespace(**ops)
+
+
+readers = _namespace("readers")
+decoders = _namespace("decoders")
+random = _namespace("random")
+rotate = _make_op("rotate")
+resize = _make_op("resize")
+crop = _make_op("crop")
+flip = _make_op("flip")
+crop_mirror_normalize = _make_op("crop_mirror_normalize")
+cast = _make_op("cast")

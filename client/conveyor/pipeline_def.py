@@ -1,0 +1,140 @@
+"""``@pipeline_def``: turn a DALI-style graph function into a ``PipelineSpec``.
+
+The decorated function runs once per call to record the operators it uses; nothing is
+executed. Pipeline arguments given to the decorator can be overridden per call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.errors import InvalidArgument
+from conveyor.spec import SPEC_VERSION, validate_spec
+from conveyor.v1 import pipeline_pb2
+
+#: Pipeline-level arguments (as DALI's pipeline_def) and their defaults.
+PIPELINE_ARGS: dict[str, Any] = {
+    "batch_size": -1,
+    "num_threads": 1,
+    "seed": None,
+    "enable_checkpointing": False,
+    "prefetch_queue_depth": 2,
+    "device_id": None,
+    "exec_async": True,
+    "exec_pipelined": True,
+}
+
+_current: contextvars.ContextVar[GraphBuilder | None] = contextvars.ContextVar(
+    "conveyor_graph", default=None
+)
+
+
+@dataclass(frozen=True)
+class DataNode:
+    """A symbolic output of an operator inside a pipeline definition."""
+
+    op: int
+    output: int
+    builder: GraphBuilder
+
+    def ref(self) -> pipeline_pb2.OutputRef:
+        return pipeline_pb2.OutputRef(op=self.op, output=self.output)
+
+
+class GraphBuilder:
+    def __init__(self) -> None:
+        self.ops: list[pipeline_pb2.OpSpec] = []
+
+    def add(self, op: pipeline_pb2.OpSpec) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+
+def current_builder(op_type: str) -> GraphBuilder:
+    builder = _current.get()
+    if builder is None:
+        raise InvalidArgument(
+            f"fn.{op_type} was called outside a @pipeline_def function: operators only "
+            "describe a graph while a pipeline definition runs"
+        )
+    return builder
+
+
+@contextmanager
+def _building() -> Iterator[GraphBuilder]:
+    builder = GraphBuilder()
+    token = _current.set(builder)
+    try:
+        yield builder
+    finally:
+        _current.reset(token)
+
+
+def build_spec(
+    graph_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    pipeline_args: dict[str, Any],
+) -> pipeline_pb2.PipelineSpec:
+    unknown = set(pipeline_args) - set(PIPELINE_ARGS)
+    if unknown:
+        raise InvalidArgument(f"pipeline_def: unknown pipeline argument(s) {sorted(unknown)}")
+    merged = {**PIPELINE_ARGS, **pipeline_args}
+    batch_size = merged["batch_size"]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgument(f"pipeline_def: argument 'batch_size': got {batch_size!r}, "
+                              "expected an int >= 1")
+    seed = merged["seed"]
+    if seed is None or seed == -1:
+        seed = secrets.randbits(63)  # drawn once, then stored in the spec
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidArgument(f"pipeline_def: argument 'seed': got {seed!r}, expected an int >= 0")
+    for name in ("num_threads", "prefetch_queue_depth"):
+        value = merged[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgument(f"pipeline_def: argument '{name}': got {value!r}, "
+                                  "expected an int >= 1")
+    device_id = merged["device_id"]
+    with _building() as builder:
+        result = graph_fn(*args, **kwargs)
+    outputs = result if isinstance(result, tuple | list) else (result,)
+    spec = pipeline_pb2.PipelineSpec(
+        spec_version=SPEC_VERSION,
+        batch_size=batch_size,
+        num_threads=merged["num_threads"],
+        seed=seed,
+        enable_checkpointing=bool(merged["enable_checkpointing"]),
+        prefetch_queue_depth=merged["prefetch_queue_depth"],
+        device_id=-1 if device_id is None else int(device_id),
+        definition=getattr(graph_fn, "__name__", ""),
+    )
+    spec.ops.extend(builder.ops)
+    for i, out in enumerate(outputs):
+        if not isinstance(out, DataNode) or out.builder is not builder:
+            raise InvalidArgument(
+                f"pipeline_def: output {i} of {spec.definition} is {out!r}, "
+                "expected an operator output"
+            )
+        spec.outputs.append(out.ref())
+    validate_spec(spec)
+    return spec
+
+
+def pipeline_def(
+    fn: Callable[..., Any] | None = None, **pipeline_args: Any
+) -> Any:
+    """Decorator: ``@pipeline_def(batch_size=8, seed=12, ...)`` → a function returning a spec."""
+
+    def decorate(graph_fn: Callable[..., Any]) -> Callable[..., pipeline_pb2.PipelineSpec]:
+        @functools.wraps(graph_fn)
+        def make_spec(*args: Any, **kwargs: Any) -> pipeline_pb2.PipelineSpec:
+            overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in PIPELINE_ARGS}
+            return build_spec(graph_fn, args, kwargs, {**pipeline_args, **overrides})
+
+        return make_spec
+
+    return decorate(fn) if fn is not None else decorate

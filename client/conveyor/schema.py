@@ -1,0 +1,320 @@
+"""Operator schemas: the arguments each operator takes, their kinds, defaults and limits.
+
+Shared by the definition API (which validates as you write the pipeline) and the server
+(which validates every spec it receives, whoever built it). ``decode_args`` turns an
+``OpSpec``'s arguments back into Python values with the defaults filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from conveyor.errors import SpecError
+from conveyor.v1 import pipeline_pb2
+
+DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+IMAGE_TYPES = ("RGB", "BGR", "GRAY")
+INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
+DEVICES = ("cpu", "mixed", "gpu")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument: ``kind`` is int, float, bool, str, ints, floats, strings or enum."""
+
+    kind: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    #: May be fed per sample by another operator's output (``angle=angles``).
+    tensor: bool = False
+    required: bool = False
+    #: For list kinds: allowed lengths (empty: any).
+    lengths: tuple[int, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    num_inputs: int
+    outputs: tuple[str, ...]
+    args: Mapping[str, Arg] = field(default_factory=dict)
+    devices: tuple[str, ...] = ("cpu",)
+
+
+_SEED = {"seed": Arg("int", default=-1, minimum=-1)}
+_CROP = {
+    "crop": Arg("floats", lengths=(2,), minimum=1),
+    "crop_h": Arg("float", default=0.0, minimum=0),
+    "crop_w": Arg("float", default=0.0, minimum=0),
+    "crop_pos_x": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
+    "crop_pos_y": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
+}
+
+SCHEMAS: dict[str, OpSchema] = {
+    "readers.file": OpSchema(
+        0,
+        ("data", "label"),
+        {
+            "file_root": Arg("str", default=""),
+            "file_list": Arg("str", default=""),
+            "files": Arg("strings"),
+            "labels": Arg("ints"),
+            "file_filters": Arg("strings"),
+            "case_sensitive_filter": Arg("bool", default=False),
+            "random_shuffle": Arg("bool", default=False),
+            "shuffle_after_epoch": Arg("bool", default=False),
+            "shuffle_after_epoch_seed": Arg("int", default=524287, minimum=0),
+            "shard_id": Arg("int", default=0, minimum=0),
+            "num_shards": Arg("int", default=1, minimum=1),
+            "stick_to_shard": Arg("bool", default=False),
+            "pad_last_batch": Arg("bool", default=False),
+            "initial_fill": Arg("int", default=1024, minimum=1),
+            "read_ahead": Arg("bool", default=False),
+            "dont_use_mmap": Arg("bool", default=False),
+            **_SEED,
+        },
+    ),
+    "decoders.image": OpSchema(
+        1,
+        ("images",),
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_SEED},
+        devices=DEVICES,
+    ),
+    "random.uniform": OpSchema(
+        0,
+        ("values",),
+        {
+            "range": Arg("floats", default=(-1.0, 1.0), lengths=(2,)),
+            "values": Arg("floats"),
+            "shape": Arg("ints", default=(), minimum=0),
+            "dtype": Arg("enum", default="float32", choices=("float32", "float64")),
+            **_SEED,
+        },
+    ),
+    "random.normal": OpSchema(
+        0,
+        ("values",),
+        {
+            "mean": Arg("float", default=0.0),
+            "stddev": Arg("float", default=1.0, minimum=0),
+            "shape": Arg("ints", default=(), minimum=0),
+            "dtype": Arg("enum", default="float32", choices=("float32", "float64")),
+            **_SEED,
+        },
+    ),
+    "random.coin_flip": OpSchema(
+        0,
+        ("values",),
+        {
+            "probability": Arg("float", default=0.5, minimum=0, maximum=1),
+            "shape": Arg("ints", default=(), minimum=0),
+            "dtype": Arg("enum", default="int32", choices=("int32", "uint8", "bool")),
+            **_SEED,
+        },
+    ),
+    "rotate": OpSchema(
+        1,
+        ("images",),
+        {
+            "angle": Arg("float", tensor=True, required=True),
+            "fill_value": Arg("floats"),
+            "keep_size": Arg("bool", default=False),
+            "size": Arg("floats", lengths=(2,), minimum=1),
+            "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
+            **_SEED,
+        },
+    ),
+    "resize": OpSchema(
+        1,
+        ("images",),
+        {
+            "resize_x": Arg("float", default=0.0, tensor=True, minimum=0),
+            "resize_y": Arg("float", default=0.0, tensor=True, minimum=0),
+            "resize_shorter": Arg("float", default=0.0, minimum=0),
+            "resize_longer": Arg("float", default=0.0, minimum=0),
+            "size": Arg("floats", lengths=(2,), minimum=0),
+            "mode": Arg(
+                "enum",
+                default="default",
+                choices=("default", "stretch", "not_smaller", "not_larger"),
+            ),
+            "max_size": Arg("floats", lengths=(1, 2), minimum=0),
+            "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
+            "antialias": Arg("bool", default=True),
+            "dtype": Arg("enum", default="", choices=("", "uint8", "float32")),
+            **_SEED,
+        },
+    ),
+    "crop": OpSchema(
+        1,
+        ("images",),
+        {**_CROP, "fill_values": Arg("floats"), "out_of_bounds_policy": Arg(
+            "enum", default="error", choices=("error", "pad", "trim_to_shape")
+        ), **_SEED},
+    ),
+    "flip": OpSchema(
+        1,
+        ("images",),
+        {
+            "horizontal": Arg("int", default=1, tensor=True, minimum=0, maximum=1),
+            "vertical": Arg("int", default=0, tensor=True, minimum=0, maximum=1),
+            **_SEED,
+        },
+    ),
+    "crop_mirror_normalize": OpSchema(
+        1,
+        ("images",),
+        {
+            **_CROP,
+            "mean": Arg("floats", default=(0.0,)),
+            "std": Arg("floats", default=(1.0,)),
+            "mirror": Arg("int", default=0, tensor=True, minimum=0, maximum=1),
+            "dtype": Arg("enum", default="float32", choices=("float32", "float16", "uint8", "int8")),
+            "output_layout": Arg("enum", default="CHW", choices=("CHW", "HWC")),
+            "scale": Arg("float", default=1.0),
+            "shift": Arg("float", default=0.0),
+            "pad_output": Arg("bool", default=False),
+            **_SEED,
+        },
+    ),
+    "cast": OpSchema(
+        1, ("output",), {"dtype": Arg("enum", required=True, choices=DTYPES), **_SEED}
+    ),
+}
+
+
+def schema_of(op_type: str) -> OpSchema:
+    try:
+        return SCHEMAS[op_type]
+    except KeyError:
+        known = ", ".join(sorted(SCHEMAS))
+        raise SpecError(op_type, None, f"unknown operator (known: {known})") from None
+
+
+def _allowed(arg: Arg) -> str:
+    if arg.kind == "enum":
+        return "one of " + ", ".join(repr(c) for c in arg.choices)
+    text = {"int": "an int", "float": "a number", "bool": "a bool", "str": "a string",
+            "ints": "a list of ints", "floats": "a list of numbers",
+            "strings": "a list of strings"}[arg.kind]
+    if arg.lengths:
+        text += " of length " + " or ".join(str(n) for n in arg.lengths)
+    if arg.minimum is not None:
+        text += f", each >= {arg.minimum:g}" if arg.kind in ("ints", "floats") else \
+            f" >= {arg.minimum:g}"
+    if arg.maximum is not None:
+        text += f" <= {arg.maximum:g}"
+    return text
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
+    """Validate one constant Python value against the schema and encode it."""
+    schema = schema_of(op)
+    if name not in schema.args:
+        known = ", ".join(sorted(schema.args))
+        raise SpecError(op, name, f"unknown argument (known: {known})")
+    arg = schema.args[name]
+    if isinstance(value, Enum):
+        value = value.value
+    if hasattr(value, "tolist") and not isinstance(value, str):  # numpy scalars and arrays
+        value = value.tolist()
+    bad = SpecError(op, name, f"got {value!r}, expected {_allowed(arg)}")
+    out = pipeline_pb2.Argument()
+    kind = arg.kind
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        _check_range(arg, [value], bad)
+        out.i = value
+    elif kind == "float":
+        if not _is_number(value):
+            raise bad
+        _check_range(arg, [value], bad)
+        out.f = float(value)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        out.b = value
+    elif kind in ("str", "enum"):
+        if not isinstance(value, str) or (kind == "enum" and value not in arg.choices):
+            raise bad
+        out.s = value
+    elif kind in ("ints", "floats", "strings"):
+        if kind == "floats" and _is_number(value):
+            value = [value]
+        if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+            raise bad
+        items = list(value)
+        if arg.lengths and len(items) not in arg.lengths:
+            raise bad
+        if kind == "ints":
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+                raise bad
+            _check_range(arg, items, bad)
+            out.ints.values.extend(items)
+        elif kind == "floats":
+            if not all(_is_number(v) for v in items):
+                raise bad
+            _check_range(arg, items, bad)
+            out.floats.values.extend(float(v) for v in items)
+        else:
+            if not all(isinstance(v, str) for v in items):
+                raise bad
+            out.strings.values.extend(items)
+    else:  # pragma: no cover - schema bug
+        raise AssertionError(kind)
+    return out
+
+
+def _check_range(arg: Arg, values: list[Any], bad: SpecError) -> None:
+    for v in values:
+        if arg.minimum is not None and v < arg.minimum:
+            raise bad
+        if arg.maximum is not None and v > arg.maximum:
+            raise bad
+
+
+def decode_value(argument: pipeline_pb2.Argument) -> Any:
+    which = argument.WhichOneof("value")
+    if which is None:
+        return None
+    value = getattr(argument, which)
+    if which in ("ints", "floats", "strings"):
+        return tuple(value.values)
+    return value
+
+
+def decode_args(op: pipeline_pb2.OpSpec) -> dict[str, Any]:
+    """The op's constant arguments with defaults filled in, re-validated against the schema."""
+    schema = schema_of(op.type)
+    values: dict[str, Any] = {}
+    for name, arg in schema.args.items():
+        if name in op.args:
+            value = decode_value(op.args[name])
+            encode_arg(op.type, name, list(value) if isinstance(value, tuple) else value)
+            values[name] = value
+        elif name in op.arg_inputs:
+            if not arg.tensor:
+                raise SpecError(op.type, name, "cannot be fed by another operator's output")
+            values[name] = None
+        elif arg.required:
+            raise SpecError(op.type, name, f"is required ({_allowed(arg)})")
+        else:
+            values[name] = arg.default
+    for name in op.args:
+        if name not in schema.args:
+            encode_arg(op.type, name, None)  # raises: unknown argument
+    for name in op.arg_inputs:
+        if name not in schema.args:
+            encode_arg(op.type, name, None)
+        if name in op.args:
+            raise SpecError(op.type, name, "given both as a constant and as an operator output")
+    return values

@@ -1,0 +1,67 @@
+"""``TensorList``: one output of one batch, shaped like DALI's TensorListCPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+
+class TensorList:
+    """A batch of samples of one dtype and layout; sample shapes may differ."""
+
+    __slots__ = ("_samples", "_layout", "dtype")
+
+    def __init__(self, samples: Sequence[np.ndarray], layout: str = "", dtype: np.dtype | None = None):
+        self._samples = list(samples)
+        self._layout = layout
+        if dtype is None:
+            dtype = self._samples[0].dtype if self._samples else np.dtype(np.uint8)
+        self.dtype = np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self._samples[i]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self._samples)
+
+    def at(self, i: int) -> np.ndarray:
+        return self._samples[i]
+
+    def shape(self) -> list[tuple[int, ...]]:
+        return [tuple(s.shape) for s in self._samples]
+
+    def layout(self) -> str:
+        return self._layout
+
+    def is_dense_tensor(self) -> bool:
+        shapes = self.shape()
+        return all(s == shapes[0] for s in shapes)
+
+    def as_array(self) -> np.ndarray:
+        """All samples stacked into one array; needs uniform shapes."""
+        if not self.is_dense_tensor():
+            raise ValueError(f"samples have different shapes {sorted(set(self.shape()))}; "
+                             "as_array needs uniform shapes")
+        if not self._samples:
+            return np.empty((0,), dtype=self.dtype)
+        first = self._samples[0]
+        base = first.base
+        # Samples that are consecutive views of one buffer stack without a copy.
+        if (base is not None and isinstance(base, np.ndarray)
+                and all(s.base is base for s in self._samples)
+                and base.nbytes == first.nbytes * len(self._samples)
+                and first.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
+            return base.view(self.dtype).reshape((len(self._samples), *first.shape))
+        return np.stack(self._samples)
+
+    as_tensor = as_array
+
+    def as_cpu(self) -> TensorList:
+        return self
+
+    def __repr__(self) -> str:
+        return f"TensorList(len={len(self)}, dtype={self.dtype}, layout={self._layout!r})"

@@ -1,0 +1,52 @@
+"""Named constants of the pipeline API, spelled as in DALI (``types.RGB``, ``types.FLOAT``)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class DALIImageType(str, Enum):
+    RGB = "RGB"
+    BGR = "BGR"
+    GRAY = "GRAY"
+
+
+class DALIDataType(str, Enum):
+    UINT8 = "uint8"
+    INT8 = "int8"
+    UINT16 = "uint16"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    FLOAT16 = "float16"
+    FLOAT = "float32"
+    FLOAT64 = "float64"
+    BOOL = "bool"
+
+
+class DALIInterpType(str, Enum):
+    INTERP_NN = "nn"
+    INTERP_LINEAR = "linear"
+    INTERP_CUBIC = "cubic"
+    INTERP_LANCZOS3 = "lanczos3"
+
+
+RGB = DALIImageType.RGB
+BGR = DALIImageType.BGR
+GRAY = DALIImageType.GRAY
+
+UINT8 = DALIDataType.UINT8
+INT8 = DALIDataType.INT8
+UINT16 = DALIDataType.UINT16
+INT16 = DALIDataType.INT16
+INT32 = DALIDataType.INT32
+INT64 = DALIDataType.INT64
+FLOAT16 = DALIDataType.FLOAT16
+FLOAT = DALIDataType.FLOAT
+FLOAT64 = DALIDataType.FLOAT64
+BOOL = DALIDataType.BOOL
+
+INTERP_NN = DALIInterpType.INTERP_NN
+INTERP_LINEAR = DALIInterpType.INTERP_LINEAR
+INTERP_CUBIC = DALIInterpType.INTERP_CUBIC
+INTERP_LANCZOS3 = DALIInterpType.INTERP_LANCZOS3
