@@ -1,3 +1,7 @@
 """Conveyor server: deterministic, checkpointable data pipelines served over gRPC."""
 
 __version__ = "0.1.0"
+
+from conveyor_server.pipeline import Pipeline  # noqa: E402
+
+__all__ = ["Pipeline", "__version__"]

@@ -1,0 +1,23 @@
+"""What identifies the engine: the libraries whose results the output bytes depend on."""
+
+from __future__ import annotations
+
+import functools
+
+import cv2
+import numpy as np
+
+from conveyor.v1 import checkpoint_pb2
+from conveyor_server import __version__, keyed_random
+
+
+@functools.cache
+def engine_id() -> checkpoint_pb2.EngineId:
+    from conveyor_server.ops.decode import DECODER_ID
+
+    return checkpoint_pb2.EngineId(
+        conveyor_version=__version__,
+        decoder=DECODER_ID,
+        warp=f"opencv {cv2.__version__}; numpy {np.__version__}",
+        key_schedule=keyed_random.KEY_SCHEDULE,
+    )

@@ -1,0 +1,29 @@
+"""Source stages: the stateful operators (readers, random number generators).
+
+Every stage follows one contract, so one save/restore property test covers them all:
+
+- ``reset(state)``: go to ``state`` (``None``: the initial state). O(1) in the position.
+- ``next()``: the values of the next batch, one per sample.
+- ``get_state()``: the state before the next ``next()``.
+- ``advanced(state, samples)``: the state ``samples`` samples after ``state``, computed
+  without stepping (a pure function), so the engine can checkpoint any position it
+  produced without keeping snapshots.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from conveyor.v1 import checkpoint_pb2
+
+
+class SourceStage(Protocol):
+    op_index: int
+
+    def reset(self, state: checkpoint_pb2.OpState | None) -> None: ...
+
+    def next(self) -> list[Any]: ...
+
+    def get_state(self) -> checkpoint_pb2.OpState: ...
+
+    def advanced(self, state: checkpoint_pb2.OpState, samples: int) -> checkpoint_pb2.OpState: ...

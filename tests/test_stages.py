@@ -1,0 +1,158 @@
+"""The source-stage contract (reset / next / get_state / advanced), one property for all,
+and the file reader's order semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from conveyor.errors import CorruptCheckpoint, SpecError
+from conveyor.v1 import checkpoint_pb2
+from conveyor_server.stages import SourceStage
+from conveyor_server.stages.file_reader import FileReaderStage
+from conveyor_server.stages.random_ops import RandomStage
+
+B = 4
+
+
+def reader(**kw: object) -> Callable[[], SourceStage]:
+    def make() -> SourceStage:
+        args: dict = {"batch_size": B, "seed": 7, **kw}
+        n = args.pop("n", 15)
+        return FileReaderStage(0, n, **args)
+    return make
+
+
+def rand(op: str, **kw: object) -> Callable[[], SourceStage]:
+    defaults = {"random.uniform": {"range": (-30.0, 30.0), "values": None},
+                "random.normal": {"mean": 0.0, "stddev": 2.0},
+                "random.coin_flip": {"probability": 0.3}}[op]
+    args = {"shape": (), "dtype": "int32" if op == "random.coin_flip" else "float32",
+            **defaults, **kw}
+    return lambda: RandomStage(op, 2, args, batch_size=B, seed=12)
+
+
+STAGES = {
+    "plain": reader(),
+    "shuffle": reader(random_shuffle=True),
+    "shuffle_after_epoch": reader(shuffle_after_epoch=True),
+    "shards3_id1_rotate": reader(num_shards=3, shard_id=1),
+    "shards3_id2_stick": reader(num_shards=3, shard_id=2, stick_to_shard=True),
+    "shards3_id0_pad": reader(num_shards=3, shard_id=0, pad_last_batch=True, n=16),
+    "shards4_shuffle_pad": reader(num_shards=4, shard_id=3, random_shuffle=True,
+                                  pad_last_batch=True, n=17),
+    "shards3_sae": reader(num_shards=3, shard_id=1, shuffle_after_epoch=True, n=16),
+    "uniform": rand("random.uniform"),
+    "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
+    "normal": rand("random.normal"),
+    "coin_flip": rand("random.coin_flip"),
+}
+
+
+def values_equal(a: list, b: list) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+@pytest.mark.parametrize("steps", [0, 1, 3, 4, 11, 29])
+def test_stage_save_restore(name: str, steps: int) -> None:
+    make = STAGES[name]
+    first = make()
+    first.reset(None)
+    start = first.get_state()
+    for _ in range(steps):
+        first.next()
+    state = first.get_state()
+    assert state == first.advanced(start, steps * B), "advanced() disagrees with stepping"
+    expected = [first.next() for _ in range(6)]
+    second = make()
+    second.reset(state)
+    assert second.get_state() == state
+    got = [second.next() for _ in range(6)]
+    assert all(values_equal(x, y) for x, y in zip(expected, got, strict=True))
+
+
+def epochs(stage: FileReaderStage, count: int) -> list[list[int]]:
+    return [stage.order(e).tolist() for e in range(count)]
+
+
+def test_unshuffled_order_shards_and_rotation() -> None:
+    # 10 files, 3 shards: [0,3) [3,6) [6,10), as DALI's start index N*k//S.
+    rotating = FileReaderStage(0, 10, batch_size=2, seed=1, num_shards=3, shard_id=1)
+    assert epochs(rotating, 4) == [[3, 4, 5], [6, 7, 8, 9], [0, 1, 2], [3, 4, 5]]
+    sticky = FileReaderStage(0, 10, batch_size=2, seed=1, num_shards=3, shard_id=1,
+                             stick_to_shard=True)
+    assert epochs(sticky, 2) == [[3, 4, 5], [3, 4, 5]]
+
+
+def test_batches_straddle_epochs_unless_padded() -> None:
+    plain = FileReaderStage(0, 5, batch_size=3, seed=1)
+    assert [plain.next() for _ in range(3)] == [[0, 1, 2], [3, 4, 0], [1, 2, 3]]
+    padded = FileReaderStage(0, 5, batch_size=3, seed=1, pad_last_batch=True)
+    assert [padded.next() for _ in range(3)] == [[0, 1, 2], [3, 4, 4], [0, 1, 2]]
+
+
+def test_padding_keeps_shards_in_lockstep() -> None:
+    # 10 files in 3 shards of 3, 3, 4: every shard's epoch is padded to 4 (batch 2).
+    lengths = {FileReaderStage(0, 10, batch_size=2, seed=1, num_shards=3, shard_id=s,
+                               pad_last_batch=True).epoch_length(0) for s in range(3)}
+    assert lengths == {4}
+    first = FileReaderStage(0, 10, batch_size=2, seed=1, num_shards=3, shard_id=0,
+                            pad_last_batch=True, stick_to_shard=True)
+    assert first.order(0).tolist() == [0, 1, 2, 2]
+
+
+@pytest.mark.parametrize("shuffle", ["none", "random_shuffle", "shuffle_after_epoch"])
+@pytest.mark.parametrize("stick", [False, True])
+def test_shards_partition_each_epoch(shuffle: str, stick: bool) -> None:
+    n, shards = 23, 3
+    readers = [FileReaderStage(0, n, batch_size=4, seed=5, num_shards=shards, shard_id=s,
+                               stick_to_shard=stick,
+                               random_shuffle=shuffle == "random_shuffle",
+                               shuffle_after_epoch=shuffle == "shuffle_after_epoch")
+               for s in range(shards)]
+    for epoch in range(5):
+        seen = sorted(i for r in readers for i in r.order(epoch).tolist())
+        assert seen == list(range(n)), f"epoch {epoch}: shards do not partition the data"
+
+
+def test_random_shuffle_is_a_fresh_permutation_each_epoch() -> None:
+    stage = FileReaderStage(0, 50, batch_size=4, seed=3, random_shuffle=True)
+    orders = epochs(stage, 3)
+    for order in orders:
+        assert sorted(order) == list(range(50))
+    assert orders[0] != orders[1] != orders[2]
+    other_seed = FileReaderStage(0, 50, batch_size=4, seed=4, random_shuffle=True)
+    assert other_seed.order(0).tolist() != orders[0]
+
+
+def test_shuffle_after_epoch_starts_unshuffled_and_ignores_the_pipeline_seed() -> None:
+    a = FileReaderStage(0, 30, batch_size=4, seed=1, shuffle_after_epoch=True)
+    b = FileReaderStage(0, 30, batch_size=4, seed=2, shuffle_after_epoch=True)
+    assert a.order(0).tolist() == list(range(30))
+    assert a.order(1).tolist() == b.order(1).tolist() != list(range(30))
+
+
+def test_random_draws_do_not_depend_on_batching() -> None:
+    make = STAGES["uniform"]
+    stage = make()
+    stage.reset(None)
+    batched = np.concatenate([np.stack(stage.next()) for _ in range(3)])
+    assert isinstance(stage, RandomStage)
+    assert np.array_equal(batched, stage.draw(0, 3 * B))
+    assert np.all((batched >= -30) & (batched < 30)) and batched.dtype == np.float32
+
+
+def test_reader_refuses_bad_settings_and_states() -> None:
+    with pytest.raises(SpecError, match="shard_id"):
+        FileReaderStage(0, 10, batch_size=2, seed=1, num_shards=2, shard_id=2)
+    with pytest.raises(SpecError, match="num_shards"):
+        FileReaderStage(0, 2, batch_size=2, seed=1, num_shards=3)
+    stage = FileReaderStage(0, 10, batch_size=2, seed=1)
+    bad = checkpoint_pb2.OpState(op=0, reader=checkpoint_pb2.ReaderState(epoch=0, position=10))
+    with pytest.raises(CorruptCheckpoint, match="beyond"):
+        stage.reset(bad)
+    with pytest.raises(CorruptCheckpoint, match="random state"):
+        stage.reset(checkpoint_pb2.OpState(op=0, random=checkpoint_pb2.RandomState()))
