@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 from conveyor_server.redis_process import RedisProcess
+
+if TYPE_CHECKING:
+    from tests.servers import ServerProcess
 
 
 def _cuda_available() -> bool:
@@ -48,3 +53,34 @@ def redis_client(redis_proc: RedisProcess) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root holding a small class-folder JPEG data set under ``imgs/``."""
+    from tests.images import make_image_folder
+
+    root = tmp_path_factory.mktemp("dataroot")
+    make_image_folder(root / "imgs", counts=(6, 5, 7))
+    return root
+
+
+@pytest.fixture
+def start_server(
+    redis_proc: RedisProcess, image_root: Path, tmp_path: Path
+) -> Iterator[Callable[..., ServerProcess]]:
+    """Start real conveyor-server subprocesses sharing this test's Redis."""
+    from tests.servers import ServerProcess
+
+    started: list[ServerProcess] = []
+
+    def start(*extra: str, roots: list[Path] | None = None) -> ServerProcess:
+        server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra)
+        started.append(server.start())
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()

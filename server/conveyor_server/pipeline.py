@@ -110,6 +110,11 @@ class Pipeline:
     def batch_size(self) -> int:
         return self._batch_size
 
+    @property
+    def start_batches(self) -> int:
+        """The position this pipeline started from (0, or its checkpoint's)."""
+        return self._base_batches
+
     # -- running ---------------------------------------------------------------------
 
     def run(self) -> Batch:
@@ -144,15 +149,27 @@ class Pipeline:
         self._inflight.append(_Pending(self._produced, futures))
         self._produced += 1
 
-    def _rewind(self) -> None:
-        """Drop prefetched work and put the stages back at the returned position."""
+    def wait_prefetched(self) -> None:
+        """Block until the batches computed ahead are done (for tests and benchmarks)."""
+        for pending in list(self._inflight):
+            for f in pending.futures:
+                f.exception()
+
+    def seek(self, batches: int) -> None:
+        """Continue from the position after ``batches`` batches (at or after this pipeline's
+        start), dropping prefetched work. O(1): the stages jump to the computed states."""
+        states = self.states_at(batches)
         for pending in self._inflight:
             for f in pending.futures:
                 f.cancel()
         self._inflight.clear()
-        for stage, state in zip(self._plan.stages, self.states_at(self._returned), strict=True):
+        for stage, state in zip(self._plan.stages, states, strict=True):
             stage.reset(state)
-        self._produced = self._returned
+        self._returned = self._produced = batches
+
+    def _rewind(self) -> None:
+        """Drop prefetched work and put the stages back at the returned position."""
+        self.seek(self._returned)
 
     def _sample(self, sources: dict[int, Any]) -> list[Any]:
         values: dict[Ref, Any] = {}
@@ -231,6 +248,10 @@ class Pipeline:
         if name is None and len(self._plan.readers) != 1:
             return {b.name: b.stage.num_files for b in self._plan.readers.values()}
         return self._plan.reader(name).stage.num_files
+
+    def epoch_sizes(self) -> dict[str, int]:
+        """Samples per epoch of every reader, by name (``op<index>`` for unnamed ones)."""
+        return {b.name or f"op{op}": b.stage.num_files for op, b in self._plan.readers.items()}
 
     def reader_meta(self, name: str | None = None) -> Any:
         if name is None and len(self._plan.readers) != 1:

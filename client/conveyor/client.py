@@ -1,0 +1,221 @@
+"""The Conveyor client: ``Client(address)`` and the ``RemotePipeline`` it hands out.
+
+``RemotePipeline.run()`` and iteration share one stream; a batch counts as consumed when
+they return it. ``checkpoint()`` records exactly that position. Server errors surface as
+the classes of ``conveyor.errors``, carrying the gRPC status code and message.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from conveyor import errors
+from conveyor.tensor_list import TensorList
+from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
+from conveyor.wire import BatchAssembler
+
+Batch = tuple[TensorList, ...]
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint stored in Redis: its cluster-wide id and the self-contained blob."""
+
+    id: str
+    data: bytes
+    pipeline: str
+    batches: int
+    created_unix_ms: int
+    server: str
+
+
+def _raise(exc: grpc.RpcError) -> errors.ConveyorError:
+    code = exc.code().name if exc.code() is not None else "UNKNOWN"
+    cls = errors.BY_CODE.get(code, errors.ConveyorError)
+    err = cls(exc.details() or code)
+    err.code = code
+    trailing = dict(exc.trailing_metadata() or ())
+    err.checkpoint_id = trailing.get("conveyor-checkpoint-id")  # type: ignore[attr-defined]
+    batches = trailing.get("conveyor-checkpoint-batches")
+    err.checkpoint_batches = int(batches) if batches else None  # type: ignore[attr-defined]
+    return err
+
+
+class Client:
+    def __init__(self, target: str, *, timeout: float = 30.0, token: str | None = None,
+                 stream_timeout: float | None = None) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        token = token or os.environ.get("CONVEYOR_TOKEN")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = grpc.insecure_channel(target, options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self._stub = service_pb2_grpc.ConveyorStub(self._channel)
+
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                               metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _raise(exc) from None
+
+    def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
+               keep_checkpoints: int = 0) -> RemotePipeline:
+        reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
+            name=name, spec=spec, keep_checkpoints=keep_checkpoints))
+        return RemotePipeline(self, reply.pipeline)
+
+    def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
+                spec: pipeline_pb2.PipelineSpec | None = None,
+                keep_checkpoints: int = 0) -> RemotePipeline:
+        request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
+        if isinstance(checkpoint, Checkpoint):
+            request.checkpoint_id = checkpoint.id
+        elif isinstance(checkpoint, str):
+            request.checkpoint_id = checkpoint
+        else:
+            request.data = bytes(checkpoint)
+        if spec is not None:
+            request.spec.CopyFrom(spec)
+        reply = self._call("Restore", request)
+        return RemotePipeline(self, reply.pipeline)
+
+    def attach(self, name: str) -> RemotePipeline:
+        """Consume an existing pipeline from its acknowledged position."""
+        return RemotePipeline(self, self.pipeline(name))
+
+    def pipeline(self, name: str) -> service_pb2.PipelineInfo:
+        return self._call("DescribePipeline",
+                          service_pb2.DescribePipelineRequest(name=name)).pipeline
+
+    def pipelines(self) -> list[service_pb2.PipelineInfo]:
+        return list(self._call("ListPipelines", service_pb2.ListPipelinesRequest()).pipelines)
+
+    def checkpoints(self, name: str) -> list[service_pb2.CheckpointInfo]:
+        return list(self._call("ListCheckpoints",
+                               service_pb2.ListCheckpointsRequest(name=name)).checkpoints)
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        reply = self._call("GetCheckpoint", service_pb2.GetCheckpointRequest(id=checkpoint_id))
+        return _checkpoint(reply.checkpoint, reply.data)
+
+    def checkpoint(self, name: str, consumed: int | None = None) -> Checkpoint:
+        """Checkpoint ``name`` after ``consumed`` batches, or (operators) after the
+        acknowledged ones, which may trail the trainer by the batches in flight."""
+        request = service_pb2.CheckpointRequest(name=name)
+        if consumed is not None:
+            request.consumed = consumed
+        reply = self._call("Checkpoint", request)
+        return _checkpoint(reply.checkpoint, reply.data)
+
+    def delete(self, name: str, *, keep_checkpoints: bool = False) -> None:
+        self._call("DeletePipeline", service_pb2.DeletePipelineRequest(
+            name=name, keep_checkpoints=keep_checkpoints))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _checkpoint(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:
+    return Checkpoint(info.id, data, info.pipeline, info.batches, info.created_unix_ms,
+                      info.server)
+
+
+_END = object()
+
+
+class RemotePipeline:
+    """A pipeline on a server, consumed like the in-process engine."""
+
+    def __init__(self, client: Client, info: service_pb2.PipelineInfo) -> None:
+        self.client = client
+        self.name = info.name
+        self.info = info
+        self._consumed = info.acknowledged
+        self._requests: queue.SimpleQueue[Any] | None = None
+        self._responses: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def consumed(self) -> int:
+        """Batches returned by ``run()`` and iteration, counted from the pipeline's start."""
+        return self._consumed
+
+    def _open(self) -> None:
+        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        requests.put(service_pb2.StreamBatchesRequest(name=self.name, consumed=self._consumed))
+
+        def outgoing() -> Iterator[service_pb2.StreamBatchesRequest]:
+            while (item := requests.get()) is not _END:
+                yield item
+
+        self._requests = requests
+        self._responses = self.client._stub.StreamBatches(
+            outgoing(), timeout=self.client.stream_timeout, metadata=self.client._metadata)
+
+    def _close_stream(self) -> None:
+        if self._requests is not None:
+            self._requests.put(_END)
+        if self._responses is not None:
+            self._responses.cancel()
+        self._requests = self._responses = None
+
+    def run(self) -> Batch:
+        with self._lock:
+            if self._responses is None:
+                self._open()
+            assembler = BatchAssembler()
+            try:
+                for frame in self._responses:
+                    batch = assembler.feed(frame)
+                    if batch is not None:
+                        break
+                else:
+                    raise errors.Unavailable(f"the stream of {self.name!r} ended")
+            except grpc.RpcError as exc:
+                self._close_stream()
+                raise _raise(exc) from None
+            except errors.ConveyorError:
+                self._close_stream()
+                raise
+            self._consumed += 1
+            assert self._requests is not None
+            self._requests.put(service_pb2.StreamBatchesRequest(consumed=self._consumed))
+            return batch
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.run()
+
+    def checkpoint(self) -> Checkpoint:
+        """The position after the batches this object has returned, stored in Redis."""
+        return self.client.checkpoint(self.name, self._consumed)
+
+    def describe(self) -> service_pb2.PipelineInfo:
+        return self.client.pipeline(self.name)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_stream()
+
+    def __enter__(self) -> RemotePipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

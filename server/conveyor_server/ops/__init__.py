@@ -1,0 +1,1 @@
+"""Per-sample operators of the server engine (decode, geometry, normalization), by type."""

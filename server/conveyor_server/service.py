@@ -1,0 +1,300 @@
+"""The Conveyor gRPC servicer: named pipelines, their streams and their checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import grpc
+
+from conveyor import spec as specs
+from conveyor.errors import (
+    CheckpointMismatch,
+    FailedPrecondition,
+    Fenced,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from conveyor.v1 import service_pb2, service_pb2_grpc
+from conveyor.wire import encode_batch
+from conveyor_server import checkpoint as ckpt
+from conveyor_server.errors_map import streaming, unary
+from conveyor_server.hosted import HostedPipeline
+from conveyor_server.pipeline import Pipeline
+from conveyor_server.store import StoredCheckpoint, Store, check_name
+
+log = logging.getLogger("conveyor.server")
+
+CHECKPOINT_ID_KEY = "conveyor-checkpoint-id"
+CHECKPOINT_BATCHES_KEY = "conveyor-checkpoint-batches"
+
+
+def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
+    return service_pb2.CheckpointInfo(
+        id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
+        size_bytes=c.size, server=c.server, generation=c.generation)
+
+
+class ConveyorService(service_pb2_grpc.ConveyorServicer):
+    def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
+                 keep_checkpoints: int = 10, max_pipelines: int = 64,
+                 token: str | None = None, drain_wait: float = 5.0) -> None:
+        self.store = store
+        self.address = address
+        self.instance = uuid.uuid4().hex
+        self.data_roots = [Path(r) for r in data_roots]
+        self.keep_checkpoints = keep_checkpoints
+        self.max_pipelines = max_pipelines
+        self.token = token
+        self.drain_wait = drain_wait
+        self.draining = threading.Event()
+        self._pipelines: dict[str, HostedPipeline] = {}
+        self._lock = threading.Lock()
+
+    # -- hosted pipelines ------------------------------------------------------------
+
+    def hosted(self) -> list[HostedPipeline]:
+        with self._lock:
+            return list(self._pipelines.values())
+
+    def _local(self, name: str) -> HostedPipeline:
+        with self._lock:
+            hosted = self._pipelines.get(check_name(name))
+        if hosted is not None:
+            return hosted
+        owner = self.store.owner(name)
+        if owner is None:
+            raise NotFound(f"pipeline {name!r} does not exist")
+        raise FailedPrecondition(f"pipeline {name!r} is held by server {owner.holder}, "
+                                 f"not by this one ({self.address})")
+
+    def _host(self, hosted: HostedPipeline) -> None:
+        with self._lock:
+            previous = self._pipelines.get(hosted.name)
+            self._pipelines[hosted.name] = hosted
+        if previous is not None:
+            previous.end(f"pipeline {hosted.name!r} was restored again on {self.address}")
+            previous.engine.close()
+
+    def _check_capacity(self, name: str) -> None:
+        with self._lock:
+            if name not in self._pipelines and len(self._pipelines) >= self.max_pipelines:
+                raise ResourceExhausted(f"this server hosts {len(self._pipelines)} pipelines, "
+                                        f"its limit (--max-pipelines {self.max_pipelines})")
+
+    def _build(self, spec_or_none: object, blob: bytes | None = None) -> Pipeline:
+        return Pipeline(spec_or_none, checkpoint=blob,  # type: ignore[arg-type]
+                        data_roots=self.data_roots)
+
+    def fence(self, name: str, holder: str) -> None:
+        with self._lock:
+            hosted = self._pipelines.get(name)
+        if hosted is not None:
+            hosted.end(f"pipeline {name!r} was restored on server {holder}: this server is "
+                       "fenced and its stream and checkpoints are refused")
+
+    # -- RPCs ----------------------------------------------------------------------------
+
+    @unary
+    def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,
+                       context: grpc.ServicerContext) -> service_pb2.CreatePipelineResponse:
+        name = check_name(request.name)
+        if not request.HasField("spec"):
+            raise InvalidArgument("CreatePipeline needs a spec")
+        self._check_capacity(name)
+        engine = self._build(request.spec)
+        keep = request.keep_checkpoints or self.keep_checkpoints
+        try:
+            gen = self.store.create(name, self.address, self.instance,
+                                    engine.fingerprint.hex(), keep)
+        except BaseException:
+            engine.close()
+            raise
+        hosted = HostedPipeline(name, engine, gen, keep)
+        self._host(hosted)
+        log.info("created pipeline %s (generation %d)", name, gen)
+        return service_pb2.CreatePipelineResponse(pipeline=hosted.info(self.address))
+
+    @unary
+    def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
+                       context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
+        hosted = self._local(request.name)
+        if hosted.ended is None:
+            self.store.release(hosted.name, self.instance, request.keep_checkpoints)
+        with self._lock:
+            self._pipelines.pop(hosted.name, None)
+        hosted.end(f"pipeline {hosted.name!r} was deleted", NotFound)
+        hosted.engine.close()
+        return service_pb2.DeletePipelineResponse()
+
+    @unary
+    def ListPipelines(self, request: service_pb2.ListPipelinesRequest,
+                      context: grpc.ServicerContext) -> service_pb2.ListPipelinesResponse:
+        names = self.store.names()
+        owners = self.store.owners(names)
+        local = {h.name: h for h in self.hosted()}
+        out = service_pb2.ListPipelinesResponse()
+        for name in names:
+            owner = owners.get(name)
+            hosted = local.get(name)
+            if hosted is not None and owner is not None and owner.instance == self.instance:
+                out.pipelines.append(hosted.info(self.address, include_spec=False))
+            elif owner is not None:
+                out.pipelines.append(service_pb2.PipelineInfo(
+                    name=name, holder=owner.holder, generation=owner.generation,
+                    fingerprint=owner.fingerprint,
+                    latest_checkpoint=f"{name}:{owner.latest}" if owner.latest else ""))
+        return out
+
+    @unary
+    def DescribePipeline(self, request: service_pb2.DescribePipelineRequest,
+                         context: grpc.ServicerContext) -> service_pb2.DescribePipelineResponse:
+        name = check_name(request.name)
+        with self._lock:
+            hosted = self._pipelines.get(name)
+        if hosted is not None and hosted.ended is None:
+            return service_pb2.DescribePipelineResponse(pipeline=hosted.info(self.address))
+        owner = self.store.owner(name)
+        if owner is None:
+            raise NotFound(f"pipeline {name!r} does not exist")
+        return service_pb2.DescribePipelineResponse(pipeline=service_pb2.PipelineInfo(
+            name=name, holder=owner.holder, generation=owner.generation,
+            fingerprint=owner.fingerprint,
+            latest_checkpoint=f"{name}:{owner.latest}" if owner.latest else ""))
+
+    @streaming
+    def StreamBatches(self, request_iterator: Iterator[service_pb2.StreamBatchesRequest],
+                      context: grpc.ServicerContext) -> Iterator[service_pb2.StreamBatchesResponse]:
+        first = next(request_iterator, None)
+        if first is None or not first.name:
+            raise InvalidArgument("StreamBatches: the first message must name the pipeline")
+        hosted = self._local(first.name)
+        hosted.attach(first.consumed)
+        acks = threading.Thread(target=self._read_acks, args=(request_iterator, hosted),
+                                name=f"acks-{hosted.name}", daemon=True)
+        acks.start()
+        try:
+            while context.is_active():
+                hosted.check_live()
+                if self.draining.is_set() or hosted.draining:
+                    self._drain_stream(hosted)
+                batch = hosted.engine.run()
+                index = hosted.engine.batches_returned - 1
+                yield from encode_batch(index, batch)
+                with hosted.cond:
+                    hosted.sent = index + 1
+        finally:
+            hosted.detach()
+
+    @staticmethod
+    def _read_acks(requests: Iterator[service_pb2.StreamBatchesRequest],
+                   hosted: HostedPipeline) -> None:
+        try:
+            for request in requests:
+                hosted.acknowledge(request.consumed)
+        except Exception:  # the stream ended: nothing more to acknowledge
+            return
+
+    def _drain_stream(self, hosted: HostedPipeline) -> None:
+        hosted.wait_acknowledged(self.drain_wait)
+        error = Unavailable(f"server {self.address} is shutting down")
+        try:
+            stored = self._write_checkpoint(hosted, hosted.acknowledged)
+        except Exception as exc:
+            error.message += f"; no checkpoint could be written ({exc})"
+        else:
+            error.message += (f"; resume from checkpoint {stored.id} "
+                              f"(after batch {stored.batches})")
+            error.trailing_metadata = (  # type: ignore[attr-defined]
+                (CHECKPOINT_ID_KEY, stored.id), (CHECKPOINT_BATCHES_KEY, str(stored.batches)))
+        error.args = (error.message,)
+        raise error
+
+    def _write_checkpoint(self, hosted: HostedPipeline, batches: int) -> StoredCheckpoint:
+        hosted.check_live()
+        body = hosted.engine.checkpoint_body(batches)
+        blob = ckpt.seal(body)
+        try:
+            stored = self.store.write_checkpoint(hosted.name, self.instance, hosted.generation,
+                                                 blob, batches, self.address)
+        except Fenced as exc:
+            hosted.end(exc.message)
+            raise
+        hosted.latest_checkpoint = stored.id
+        return stored
+
+    def checkpoint_at_acknowledged(self, hosted: HostedPipeline) -> StoredCheckpoint | None:
+        """For the drain of a pipeline without a stream."""
+        if not hosted.engine.spec.enable_checkpointing or hosted.ended is not None:
+            return None
+        return self._write_checkpoint(hosted, hosted.acknowledged)
+
+    @unary
+    def Checkpoint(self, request: service_pb2.CheckpointRequest,
+                   context: grpc.ServicerContext) -> service_pb2.CheckpointResponse:
+        hosted = self._local(request.name)
+        batches = request.consumed if request.HasField("consumed") else hosted.acknowledged
+        if batches > hosted.engine.batches_produced:
+            raise FailedPrecondition(
+                f"pipeline {hosted.name!r}: cannot checkpoint after {batches} consumed "
+                f"batches: only {hosted.engine.batches_produced} were produced")
+        stored = self._write_checkpoint(hosted, batches)
+        return service_pb2.CheckpointResponse(checkpoint=checkpoint_info(stored),
+                                              data=stored.blob)
+
+    @unary
+    def Restore(self, request: service_pb2.RestoreRequest,
+                context: grpc.ServicerContext) -> service_pb2.RestoreResponse:
+        name = check_name(request.name)
+        source = request.WhichOneof("source")
+        if source == "checkpoint_id":
+            blob = self.store.read_checkpoint(request.checkpoint_id).blob or b""
+        elif source == "data":
+            blob = request.data
+        else:
+            raise InvalidArgument("Restore needs a checkpoint_id or checkpoint data")
+        body = ckpt.open_blob(blob)
+        if request.HasField("spec"):
+            diff = specs.first_difference(body.spec, request.spec, "checkpoint", "given spec")
+            if diff is not None:
+                raise CheckpointMismatch(f"checkpoint was made by a different pipeline: "
+                                              f"{diff}")
+        self._check_capacity(name)
+        engine = self._build(request.spec if request.HasField("spec") else None, blob)
+        keep = request.keep_checkpoints or self.keep_checkpoints
+        try:
+            gen, previous = self.store.take_over(name, self.address, self.instance,
+                                                 engine.fingerprint.hex(), keep)
+        except BaseException:
+            engine.close()
+            raise
+        hosted = HostedPipeline(name, engine, gen, keep, sent=body.batches,
+                                acknowledged=body.batches)
+        self._host(hosted)
+        log.info("restored pipeline %s at batch %d (generation %d, previous holder %s)",
+                 name, body.batches, gen, previous or "none")
+        return service_pb2.RestoreResponse(pipeline=hosted.info(self.address),
+                                           batches=body.batches)
+
+    @unary
+    def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,
+                        context: grpc.ServicerContext) -> service_pb2.ListCheckpointsResponse:
+        name = check_name(request.name)
+        found = self.store.list_checkpoints(name)
+        if not found and self.store.owner(name) is None:
+            raise NotFound(f"pipeline {name!r} does not exist and has no checkpoints")
+        return service_pb2.ListCheckpointsResponse(
+            checkpoints=[checkpoint_info(c) for c in found])
+
+    @unary
+    def GetCheckpoint(self, request: service_pb2.GetCheckpointRequest,
+                      context: grpc.ServicerContext) -> service_pb2.GetCheckpointResponse:
+        stored = self.store.read_checkpoint(request.id)
+        ckpt.open_blob(stored.blob or b"")
+        return service_pb2.GetCheckpointResponse(checkpoint=checkpoint_info(stored),
+                                                 data=stored.blob)
