@@ -76,9 +76,121 @@ def test_restore_accepts_checkpoint_object_blob_and_verifying_spec(
         run_batches(pipe, 2)  # type: ignore[arg-type]
         ckpt = pipe.checkpoint()
         expected = pipe.run()
-        for i, source in enumerate([ckpt, ckpt.data, ckpt.id]):
+        sources: list[str | conveyor.Checkpoint | bytes] = [ckpt, ckpt.data, ckpt.id]
+        for i, source in enumerate(sources):
             copy = c.restore(f"copy{i}", checkpoint=source, spec=spec)
             assert batch_bytes(copy.run()) == batch_bytes(expected)
         other = rotate_pipeline(str(image_root / "imgs"), seed=99)
         with pytest.raises(errors.FailedPrecondition, match="seed: checkpoint has 12"):
             c.restore("copy9", checkpoint=ckpt, spec=other)
+
+
+CRASH_SEED = 20261122
+
+
+def crash_points(count: int = 8) -> list[tuple[int, int]]:
+    """(checkpoint every k batches, batches consumed before the crash), from a seeded list."""
+    rng = np.random.default_rng(CRASH_SEED)
+    return [(int(rng.integers(1, 4)), int(rng.integers(1, 12))) for _ in range(count)]
+
+
+def test_kill_9_mid_stream_then_restore_on_another_server_is_exact(
+    start_server: Start, image_root: Path
+) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=5, prefetch_queue_depth=3)
+    total = 16
+    with Pipeline(spec) as local:
+        uninterrupted = run_batches(local, total)
+    b = start_server()
+    for n, (every, crash_at) in enumerate(crash_points()):
+        label = f"checkpoint every {every}, crash after {crash_at} (seed {CRASH_SEED})"
+        name = f"crash{n}-{every}-{crash_at}"
+        a = start_server()
+        with client(a) as ca, client(b) as cb:
+            pipe = ca.create(name, spec)
+            received, last = [], None
+            for i in range(crash_at):
+                received.append(pipe.run())
+                if (i + 1) % every == 0:
+                    last = pipe.checkpoint()
+            a.kill()
+            resume_from = last.id if last else None
+            kept = received[: last.batches] if last else []
+            if resume_from is None:  # no checkpoint yet: start over from a fresh pipeline
+                restored = cb.create(name + "-fresh", spec)
+            else:
+                found = cb.checkpoints(name)
+                assert found[-1].id == resume_from, label
+                restored = cb.restore(name, checkpoint=resume_from)
+            rest = run_batches(restored, total - len(kept))  # type: ignore[arg-type]
+            assert_same_stream(uninterrupted, kept + rest, label)
+            restored.close()
+
+
+def test_restore_fences_the_previous_holder(start_server: Start, image_root: Path) -> None:
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    with client(a) as ca, client(b) as cb:
+        pipe = ca.create("fenced", spec)
+        pipe.run()
+        ckpt = pipe.checkpoint()
+        cb.restore("fenced", checkpoint=ckpt.id)
+        deadline = time.monotonic() + DEADLINE
+        with pytest.raises(errors.FailedPrecondition, match=b.address):
+            while time.monotonic() < deadline:  # A's stream ends once its watcher sees B
+                pipe.run()
+        with pytest.raises(errors.FailedPrecondition, match=b.address):
+            pipe.checkpoint()
+        with pytest.raises(errors.FailedPrecondition, match=b.address):
+            ca.checkpoint("fenced")
+        with pytest.raises(errors.AlreadyExists, match=b.address):
+            ca.create("fenced", spec)
+        assert cb.pipeline("fenced").holder == b.address
+        assert [c.server for c in cb.checkpoints("fenced")] == [a.address]
+
+
+def test_checkpoint_is_the_consumed_position_not_the_produced_one(
+    start_server: Start, image_root: Path
+) -> None:
+    a = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, prefetch_queue_depth=6)
+    with client(a) as c, Pipeline(spec) as local:
+        expected = run_batches(local, 12)
+        pipe = c.create("deep", spec)
+        run_batches(pipe, 3)  # type: ignore[arg-type]
+        wait_for(lambda: c.pipeline("deep").sent > 4, "the server to send ahead")
+        info = c.pipeline("deep")
+        assert info.produced >= info.sent > 3
+        ckpt = pipe.checkpoint()
+        assert ckpt.batches == 3
+        wait_for(lambda: c.pipeline("deep").acknowledged == 3, "the acknowledgements")
+        operator = c.checkpoint("deep")  # no consumed count: the acknowledged position
+        assert operator.batches == 3
+        copy = c.restore("deep-copy", checkpoint=ckpt)
+        assert batch_bytes(copy.run()) == batch_bytes(expected[3])
+        with pytest.raises(errors.FailedPrecondition, match="only .* were produced"):
+            c.checkpoint("deep", consumed=10_000)
+
+
+def test_cli_operates_without_moving_the_trainer(
+    start_server: Start, image_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conveyor.cli import main as cli
+
+    server = start_server()
+    with client(server) as c:
+        pipe = c.create("cli", rotate_pipeline(str(image_root / "imgs")))
+        run_batches(pipe, 2)  # type: ignore[arg-type]
+        wait_for(lambda: c.pipeline("cli").acknowledged == 2, "acknowledgements")
+        assert cli(["--server", server.address, "pipelines"]) == 0
+        assert cli(["--server", server.address, "checkpoint", "cli"]) == 0
+        assert cli(["--server", server.address, "stream", "cli", "--batches", "3"]) == 0
+        assert cli(["--server", server.address, "checkpoints", "cli"]) == 0
+        assert cli(["--server", server.address, "describe", "cli"]) == 0
+        assert cli(["--server", server.address, "describe", "nope"]) == 1
+        out, err = capsys.readouterr()
+        assert "cli:1  after batch 2" in out and "read 3 batches of cli" in out
+        assert "acknowledged 2" in out and "NOT_FOUND" in err
+        assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"
+        with Pipeline(rotate_pipeline(str(image_root / "imgs"))) as local:
+            assert batch_bytes(pipe.run()) == batch_bytes(run_batches(local, 3)[2])

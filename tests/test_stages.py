@@ -26,11 +26,15 @@ def reader(**kw: object) -> Callable[[], SourceStage]:
 
 
 def rand(op: str, **kw: object) -> Callable[[], SourceStage]:
-    defaults = {"random.uniform": {"range": (-30.0, 30.0), "values": None},
-                "random.normal": {"mean": 0.0, "stddev": 2.0},
-                "random.coin_flip": {"probability": 0.3}}[op]
-    args = {"shape": (), "dtype": "int32" if op == "random.coin_flip" else "float32",
-            **defaults, **kw}
+    by_op: dict[str, dict[str, object]] = {
+        "random.uniform": {"range": (-30.0, 30.0), "values": None},
+        "random.normal": {"mean": 0.0, "stddev": 2.0},
+        "random.coin_flip": {"probability": 0.3}}
+    defaults = by_op[op]
+    args: dict[str, object] = {
+        "shape": (), "dtype": "int32" if op == "random.coin_flip" else "float32"}
+    args.update(defaults)
+    args.update(kw)
     return lambda: RandomStage(op, 2, args, batch_size=B, seed=12)
 
 

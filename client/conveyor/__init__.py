@@ -7,4 +7,7 @@ from conveyor.tensor_list import TensorList
 
 __version__ = "0.1.0"
 
-__all__ = ["Checkpoint", "Client", "RemotePipeline", "TensorList", "__version__", "errors", "fn", "pipeline_def", "types"]
+__all__ = [
+    "Checkpoint", "Client", "RemotePipeline", "TensorList", "__version__", "errors", "fn",
+    "pipeline_def", "types",
+]

@@ -15,7 +15,8 @@ from typing import Any
 from conveyor.errors import SpecError
 from conveyor.v1 import pipeline_pb2
 
-DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
+          "bool")
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
@@ -173,7 +174,8 @@ SCHEMAS: dict[str, OpSchema] = {
             "mean": Arg("floats", default=(0.0,)),
             "std": Arg("floats", default=(1.0,)),
             "mirror": Arg("int", default=0, tensor=True, minimum=0, maximum=1),
-            "dtype": Arg("enum", default="float32", choices=("float32", "float16", "uint8", "int8")),
+            "dtype": Arg("enum", default="float32",
+                         choices=("float32", "float16", "uint8", "int8")),
             "output_layout": Arg("enum", default="CHW", choices=("CHW", "HWC")),
             "scale": Arg("float", default=1.0),
             "shift": Arg("float", default=0.0),

@@ -34,7 +34,8 @@ def validate_spec(spec: pipeline_pb2.PipelineSpec) -> None:
             raise SpecError(where, None, f"has {op.num_outputs} outputs, expected "
                             f"{len(schema.outputs)}")
         if len(op.inputs) != schema.num_inputs:
-            raise SpecError(where, None, f"takes {schema.num_inputs} input(s), got {len(op.inputs)}")
+            raise SpecError(where, None,
+                            f"takes {schema.num_inputs} input(s), got {len(op.inputs)}")
         if op.device not in schema.devices:
             raise SpecError(op.type, "device", f"got {op.device!r}, expected one of "
                             + ", ".join(repr(d) for d in schema.devices))
@@ -58,7 +59,7 @@ def canonical(spec: pipeline_pb2.PipelineSpec) -> pipeline_pb2.PipelineSpec:
     copy = pipeline_pb2.PipelineSpec()
     copy.CopyFrom(spec)
     for name in NON_STREAM_FIELDS:
-        copy.ClearField(name)  # type: ignore[arg-type]
+        copy.ClearField(name)
     for op in copy.ops:
         op.ClearField("name")
     return copy

@@ -10,9 +10,10 @@ import numpy as np
 class TensorList:
     """A batch of samples of one dtype and layout; sample shapes may differ."""
 
-    __slots__ = ("_samples", "_layout", "dtype")
+    __slots__ = ("_layout", "_samples", "dtype")
 
-    def __init__(self, samples: Sequence[np.ndarray], layout: str = "", dtype: np.dtype | None = None):
+    def __init__(self, samples: Sequence[np.ndarray], layout: str = "",
+                 dtype: np.dtype | None = None) -> None:
         self._samples = list(samples)
         self._layout = layout
         if dtype is None:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class DALIImageType(str, Enum):
+class DALIImageType(StrEnum):
     RGB = "RGB"
     BGR = "BGR"
     GRAY = "GRAY"
 
 
-class DALIDataType(str, Enum):
+class DALIDataType(StrEnum):
     UINT8 = "uint8"
     INT8 = "int8"
     UINT16 = "uint16"
@@ -24,7 +24,7 @@ class DALIDataType(str, Enum):
     BOOL = "bool"
 
 
-class DALIInterpType(str, Enum):
+class DALIInterpType(StrEnum):
     INTERP_NN = "nn"
     INTERP_LINEAR = "linear"
     INTERP_CUBIC = "cubic"

@@ -33,7 +33,7 @@ def _header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.Batc
             shapes.extend(sample.shape)
             contiguous = np.ascontiguousarray(sample)
             if contiguous.nbytes:
-                pieces.append(memoryview(contiguous.reshape(-1).view(np.uint8)))
+                pieces.append(memoryview(contiguous.reshape(-1).view(np.uint8).data))
                 total += contiguous.nbytes
         header.outputs.append(service_pb2.TensorHeader(
             dtype=out.dtype.str if out.dtype.byteorder not in "=|" else out.dtype.name,

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from conveyor_server.pipeline import Pipeline  # noqa: E402
+from conveyor_server.pipeline import Pipeline
 
 __all__ = ["Pipeline", "__version__"]

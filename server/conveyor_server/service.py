@@ -26,7 +26,7 @@ from conveyor_server import checkpoint as ckpt
 from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
 from conveyor_server.pipeline import Pipeline
-from conveyor_server.store import StoredCheckpoint, Store, check_name
+from conveyor_server.store import Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
 

@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -40,7 +40,6 @@ from conveyor.errors import (
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
-T = TypeVar("T")
 
 
 def check_name(name: str) -> str:
@@ -165,7 +164,8 @@ class Store:
         self.url = url
         self.address = safe_address(url)
         self.timeout = timeout
-        self._redis = redis.Redis.from_url(
+        # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
+        self._redis: Any = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0), health_check_interval=0)
         self._create = self._redis.register_script(_CREATE)
@@ -173,7 +173,7 @@ class Store:
         self._write = self._redis.register_script(_WRITE)
         self._release = self._redis.register_script(_RELEASE)
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
@@ -218,8 +218,7 @@ class Store:
             raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}")
 
     def owner(self, name: str) -> Owner | None:
-        raw: dict[bytes, bytes] = self._call("describe", lambda: self._redis.hgetall(
-            _k(name, "owner")))
+        raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
         return _owner(raw)
 
     def owners(self, names: list[str]) -> dict[str, Owner | None]:
@@ -242,7 +241,8 @@ class Store:
         created = int(time.time() * 1000)
         sha = hashlib.sha256(blob).hexdigest()
         keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts")]
-        args = [instance, generation, blob, sha, batches, created, server, _k(name, "ckpt:")]
+        args: list[str | int | bytes] = [instance, generation, blob, sha, batches, created,
+                                         server, _k(name, "ckpt:")]
         ok, value = self._call("checkpoint", lambda: self._write(keys=keys, args=args))
         if not ok:
             holder = value.decode() if value else "nobody (deleted)"

@@ -1,0 +1,197 @@
+"""Every status code from a real request; Redis outages; the SIGTERM drain; big batches."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from conveyor import errors, fn, pipeline_def, types
+from conveyor_server import Pipeline
+from conveyor_server.redis_process import RedisProcess
+from tests.images import make_image_folder
+from tests.resume import batch_bytes, run_batches
+from tests.test_service import DEADLINE, Start, client, rotate_pipeline, wait_for
+
+
+def test_invalid_spec_is_invalid_argument_naming_op_and_argument(
+    start_server: Start, image_root: Path
+) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    spec.ops[3].args["interp_type"].s = "sideways"
+    with client(start_server()) as c, \
+            pytest.raises(errors.InvalidArgument, match="rotate: argument 'interp_type'"):
+        c.create("bad", spec)
+    with client(start_server()) as c, pytest.raises(errors.InvalidArgument, match="name"):
+        c.create("no spaces allowed", rotate_pipeline(str(image_root / "imgs")))
+
+
+def test_not_found_already_exists_and_second_consumer(
+    start_server: Start, image_root: Path
+) -> None:
+    with client(start_server()) as c:
+        with pytest.raises(errors.NotFound, match="ghost"):
+            c.pipeline("ghost")
+        with pytest.raises(errors.NotFound):
+            c.restore("x", checkpoint="ghost:7")
+        spec = rotate_pipeline(str(image_root / "imgs"))
+        first = c.create("once", spec)
+        with pytest.raises(errors.AlreadyExists, match="held by server"):
+            c.create("once", spec)
+        first.run()
+        with pytest.raises(errors.FailedPrecondition, match="already has a consumer"):
+            c.attach("once").run()
+        first.close()
+        wait_for(lambda: not c.pipeline("once").streaming, "the first stream to end")
+        assert c.attach("once").run() is not None
+        c.delete("once")
+        with pytest.raises(errors.NotFound):
+            c.pipeline("once")
+
+
+def test_checkpointing_disabled_is_failed_precondition(
+    start_server: Start, image_root: Path
+) -> None:
+    with client(start_server()) as c:
+        pipe = c.create("nockpt", rotate_pipeline(str(image_root / "imgs"),
+                                                  enable_checkpointing=False))
+        pipe.run()
+        with pytest.raises(errors.FailedPrecondition, match="enable_checkpointing=True"):
+            pipe.checkpoint()
+
+
+def test_paths_outside_the_data_roots_are_permission_denied(
+    start_server: Start, image_root: Path, tmp_path: Path
+) -> None:
+    outside = make_image_folder(tmp_path / "outside", counts=(2,))
+    inside = image_root / "links"
+    inside.mkdir(exist_ok=True)
+    if not (inside / "escape").exists():
+        os.symlink(outside, inside / "escape")
+    with client(start_server()) as c:
+        for root in (str(outside), str(image_root / "imgs" / ".." / ".." / outside.name),
+                     str(inside / "escape")):
+            with pytest.raises(errors.PermissionDenied, match="outside the data roots"):
+                c.create("escape", rotate_pipeline(root))
+
+
+def test_limits_are_resource_exhausted(start_server: Start, image_root: Path) -> None:
+    with client(start_server("--max-pipelines", "1")) as c:
+        c.create("one", rotate_pipeline(str(image_root / "imgs")))
+        with pytest.raises(errors.ResourceExhausted, match="max-pipelines 1"):
+            c.create("two", rotate_pipeline(str(image_root / "imgs")))
+
+
+def test_token_is_required_when_configured(start_server: Start, image_root: Path) -> None:
+    server = start_server("--token", "s3cret")
+    with client(server) as anonymous, pytest.raises(errors.Unauthenticated):
+        anonymous.pipelines()
+    with client(server, token="s3cret") as allowed:
+        assert allowed.pipelines() == []
+
+
+def test_corrupt_data_file_is_data_loss_naming_it_and_keeps_the_position(
+    start_server: Start, tmp_path: Path
+) -> None:
+    root = make_image_folder(tmp_path / "root" / "imgs", counts=(4, 4))
+    spec = rotate_pipeline(str(root), batch_size=4, prefetch_queue_depth=1)
+    with Pipeline(spec) as local:
+        expected = run_batches(local, 3)
+    victim = root / "class_0" / "img_002.jpg"
+    good = victim.read_bytes()
+    victim.write_bytes(good[:64])  # every file is read in the first epoch: batches 0 and 1
+    with client(start_server(roots=[tmp_path / "root"])) as c:
+        pipe = c.create("damaged", spec)
+        got: list[Any] = []
+        failures = 0
+        while len(got) < 3:
+            try:
+                got.append(pipe.run())
+            except errors.DataLoss as exc:
+                failures += 1
+                assert "img_002.jpg" in exc.message
+                assert c.pipeline("damaged").acknowledged == len(got)
+                victim.write_bytes(good)
+        assert failures == 1
+        assert [batch_bytes(b) for b in got] == [batch_bytes(b) for b in expected]
+
+
+def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadline(
+    start_server: Start, image_root: Path, redis_proc: RedisProcess
+) -> None:
+    with client(start_server()) as c:
+        pipe = c.create("outage", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
+        pipe.run()
+        redis_proc.stop()
+        for _ in range(5):
+            pipe.run()  # the stream goes on without Redis
+        started = time.monotonic()
+        with pytest.raises(errors.Unavailable, match=str(redis_proc.socket)) as caught:
+            c.client_checkpoint = pipe.checkpoint()  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 3.0
+        assert "@" not in caught.value.message
+        redis_proc.start()
+        ckpt = pipe.checkpoint()
+        assert ckpt.batches == 6
+        expected = pipe.run()
+        assert batch_bytes(c.restore("outage-copy", checkpoint=ckpt.id).run()) == \
+            batch_bytes(expected)
+
+
+def test_sigterm_drain_ends_the_stream_with_a_usable_checkpoint(
+    start_server: Start, image_root: Path
+) -> None:
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
+    with client(a) as ca, client(b) as cb:
+        pipe = ca.create("drain", spec)
+        run_batches(pipe, 2)  # type: ignore[arg-type]
+        import threading
+        threading.Timer(0.2, a.terminate).start()
+        with pytest.raises(errors.Unavailable, match="shutting down") as caught:
+            for _ in range(10_000):
+                pipe.run()
+        drained = caught.value.checkpoint_id  # type: ignore[attr-defined]
+        assert drained and caught.value.checkpoint_batches == pipe.consumed  # type: ignore[attr-defined]
+        restored = cb.restore("drain", checkpoint=drained)
+        with Pipeline(spec) as local:
+            expected = run_batches(local, pipe.consumed + 1)[-1]
+        assert batch_bytes(restored.run()) == batch_bytes(expected)
+        assert a.proc is not None and a.proc.wait(DEADLINE) == 0
+
+
+@pipeline_def(batch_size=3, seed=5, enable_checkpointing=True)
+def big_pipeline(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root)
+    images = fn.decoders.image(jpegs, output_type=types.RGB)
+    return fn.resize(images, size=(1100, 1000)), labels
+
+
+def test_batches_larger_than_4_mib_round_trip(start_server: Start, image_root: Path) -> None:
+    spec = big_pipeline(str(image_root / "imgs"))
+    with client(start_server()) as c, Pipeline(spec) as local:
+        remote = c.create("big", spec)
+        for _ in range(2):
+            got, want = remote.run(), local.run()
+            assert sum(s.nbytes for s in got[0]) > 4 << 20
+            assert batch_bytes(got) == batch_bytes(want)
+
+
+def test_health_and_reflection_answer(start_server: Start) -> None:
+    server = start_server()
+    with grpc.insecure_channel(server.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service="conveyor.v1.Conveyor"),
+                             timeout=DEADLINE)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        answers = list(stub.ServerReflectionInfo(iter([request]), timeout=DEADLINE))
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert {"conveyor.v1.Conveyor", "grpc.health.v1.Health"} <= names
