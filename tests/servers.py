@@ -17,7 +17,7 @@ START_TIMEOUT = 30.0
 
 
 class ServerProcess:
-    def __init__(self, redis_url: str, data_roots: list[Path], log_dir: Path,
+    def __init__(self, redis_url: str | None, data_roots: list[Path], log_dir: Path,
                  *extra: str) -> None:
         self.redis_url = redis_url
         self.data_roots = data_roots
@@ -32,13 +32,16 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         args = [sys.executable, "-m", "conveyor_server.main", "--host", "127.0.0.1",
-                "--port", "0", "--redis-url", self.redis_url, "--log-level", "INFO", *self.extra]
+                "--port", "0", "--log-level", "INFO", *self.extra]
+        if self.redis_url:
+            args += ["--redis-url", self.redis_url]
         for root in self.data_roots:
             args += ["--data-root", str(root)]
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True,
                                          stdin=subprocess.DEVNULL,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                         env={k: v for k, v in os.environ.items()
+                                              if k != "CONVEYOR_REDIS_URL"})
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
                                   daemon=True)

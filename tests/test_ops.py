@@ -20,7 +20,7 @@ from PIL import Image
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
-from conveyor_server.ops import decode, geometry, normalize
+from conveyor_server.ops import decode, normalize, rotate
 from conveyor_server.ops.registry import BuiltOp, OpContext, builder_for, register, registered
 
 # -- helpers -----------------------------------------------------------------------------
@@ -274,14 +274,14 @@ def test_rotate_keep_size_turns_about_the_centre() -> None:
 
 
 def test_rotated_canvas_parity_follows_dali() -> None:
-    assert geometry.rotated_canvas(5, 6, 90) == (6, 5)
+    assert rotate.rotated_canvas(5, 6, 90) == (6, 5)
     # 30 degrees: bounding box 7.33 x 7.70 -> 8 x 8, then height to the input height's
     # parity (5: odd) -> 9, width keeps the input width's parity (6: even) -> 8.
-    assert geometry.rotated_canvas(5, 6, 30) == (9, 8)
+    assert rotate.rotated_canvas(5, 6, 30) == (9, 8)
     assert run(build("rotate", angle=30.0), noise(5, 6)).shape == (9, 8, 3)
     for h, w in ((5, 6), (32, 17), (100, 3)):
         for degrees in range(-180, 181, 7):
-            out_h, out_w = geometry.rotated_canvas(h, w, degrees)
+            out_h, out_w = rotate.rotated_canvas(h, w, degrees)
             rad = math.radians(degrees)
             c, s = abs(math.cos(rad)), abs(math.sin(rad))
             assert out_w >= c * w + s * h - 0.01 and out_h >= c * h + s * w - 0.01
@@ -602,6 +602,6 @@ def test_registry_lists_the_ops_and_rejects_a_duplicate() -> None:
         assert op in names
     with pytest.raises(ValueError, match="already registered"):
         register("rotate")(lambda ctx: BuiltOp(fn=lambda inputs, targs: (), layouts=()))
-    assert builder_for("rotate") is geometry.build_rotate
+    assert builder_for("rotate") is rotate.build_rotate
     with pytest.raises(KeyError, match="no per-sample operator"):
         builder_for("readers.file")

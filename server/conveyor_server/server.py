@@ -40,9 +40,12 @@ def create_server(
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)])
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen on {address}: the port is in use or not allowed")
     host = address.rsplit(":", 1)[0].strip("[]")
     if host in ("", "0.0.0.0", "::"):
         import socket

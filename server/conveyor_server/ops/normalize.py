@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from conveyor.errors import SpecError
-from conveyor_server.ops.geometry import (
+from conveyor_server.ops.args import (
     Targs,
     check_image,
     crop_image,

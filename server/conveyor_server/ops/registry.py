@@ -76,4 +76,4 @@ def registered() -> list[str]:
 
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
-    from conveyor_server.ops import decode, geometry, normalize  # noqa: F401
+    from conveyor_server.ops import crop, decode, normalize, resize, rotate  # noqa: F401
