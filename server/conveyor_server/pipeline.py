@@ -117,6 +117,9 @@ class Pipeline:
 
     # -- running ---------------------------------------------------------------------
 
+    def build(self) -> None:
+        """Accepted for DALI compatibility: a Pipeline is built when it is constructed."""
+
     def run(self) -> Batch:
         """The next batch: one TensorList per pipeline output."""
         if self._closed:
