@@ -195,3 +195,15 @@ def test_health_and_reflection_answer(start_server: Start) -> None:
         answers = list(stub.ServerReflectionInfo(iter([request]), timeout=DEADLINE))
         names = {s.name for s in answers[0].list_services_response.service}
         assert {"conveyor.v1.Conveyor", "grpc.health.v1.Health"} <= names
+
+
+def test_corrupt_checkpoint_is_data_loss(start_server: Start, image_root: Path) -> None:
+    with client(start_server()) as c:
+        pipe = c.create("ck", rotate_pipeline(str(image_root / "imgs")))
+        pipe.run()
+        blob = pipe.checkpoint().data
+        for damaged in (blob[:-7], blob[:30] + bytes([blob[30] ^ 0xFF]) + blob[31:]):
+            with pytest.raises(errors.DataLoss, match="checkpoint"):
+                c.restore("ck-copy", checkpoint=damaged)
+        with pytest.raises(errors.NotFound):
+            c.pipeline("ck-copy")  # a refused restore claims nothing
