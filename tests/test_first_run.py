@@ -42,7 +42,7 @@ def test_server_without_redis_url_runs_a_private_persistent_redis(tmp_path: Path
     try:
         with client(second) as c:
             kept = c.checkpoints("embedded")  # ours, then the SIGTERM drain's
-            assert [x.id for x in kept][0] == ckpt.id and len(kept) == 2
+            assert kept[0].id == ckpt.id and len(kept) == 2
             restored = c.restore("embedded", checkpoint=ckpt.id)
             got = restored.run()
             assert [s.tobytes() for s in got[0]] == [s.tobytes() for s in expected[0]]
