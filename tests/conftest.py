@@ -9,25 +9,15 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
+from conveyor_server.devices import cuda_device_count
 from conveyor_server.redis_process import RedisProcess
 
 if TYPE_CHECKING:
     from tests.servers import ServerProcess
 
 
-def _cuda_available() -> bool:
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return bool(cupy.cuda.runtime.getDeviceCount() > 0)
-    except Exception:
-        return False
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _cuda_available():
+    if cuda_device_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; this machine has none")
     for item in items:

@@ -20,6 +20,7 @@ from PIL import Image
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
+from conveyor_server.devices import cuda_device_count
 from conveyor_server.ops import decode, normalize, rotate
 from conveyor_server.ops.registry import BuiltOp, OpContext, builder_for, register, registered
 
@@ -70,17 +71,6 @@ def pil_bytes(image: np.ndarray | Image.Image, fmt: str, **kw: Any) -> np.ndarra
 
 def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a.astype(np.int32) - b.astype(np.int32)).mean())
-
-
-def _cuda_available() -> bool:
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return bool(cupy.cuda.runtime.getDeviceCount() > 0)
-    except Exception:
-        return False
 
 
 # -- decoders.image ----------------------------------------------------------------------
@@ -230,7 +220,7 @@ def test_decode_is_consistent_across_threads() -> None:
         np.testing.assert_array_equal(out, outs[0])
 
 
-@pytest.mark.skipif(_cuda_available(), reason="this machine has a CUDA device")
+@pytest.mark.skipif(cuda_device_count() > 0, reason="this machine has a CUDA device")
 # (ids that are not "gpu": conftest skips tests with that keyword on machines without CUDA)
 @pytest.mark.parametrize("device", ["mixed", "gpu"], ids=["on_mixed", "on_gpu"])
 def test_decode_on_a_gpu_device_without_cuda_is_unavailable(device: str) -> None:

@@ -11,22 +11,14 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor import errors, fn, pipeline_def, types
+from conveyor import errors
 from conveyor_server import Pipeline
+from conveyor_server.demo import rotate_pipeline
 from tests.resume import assert_same_stream, batch_bytes, run_batches
 from tests.servers import ServerProcess
 
 Start = Callable[..., ServerProcess]
 DEADLINE = 20.0
-
-
-@pipeline_def(batch_size=8, num_threads=2, seed=12, enable_checkpointing=True)
-def rotate_pipeline(image_dir: str) -> Any:
-    jpegs, labels = fn.readers.file(file_root=image_dir, random_shuffle=True, name="image_reader")
-    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-    angles = fn.random.uniform(range=(-30.0, 30.0))
-    rotated = fn.rotate(images, angle=angles, fill_value=0)
-    return rotated, labels, angles
 
 
 def client(server: ServerProcess, **kw: Any) -> conveyor.Client:

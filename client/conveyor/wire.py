@@ -3,7 +3,8 @@
 A batch is one header frame (dtype, layout and per-sample shapes of every output) followed
 by data frames; the header frame carries the first bytes too. Data is every output in
 order, every sample in order, each sample C-contiguous. The receiver copies each frame once
-into a single writable buffer and hands out views of it: no pickle, no per-pixel fields.
+into a single writable buffer and hands out views of it: nothing is pickled, and there are
+no per-pixel fields.
 """
 
 from __future__ import annotations

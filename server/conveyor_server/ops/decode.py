@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
+from conveyor_server.devices import cuda_device_count
 from conveyor_server.ops.registry import BuiltOp, OpContext, SampleFn, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
@@ -137,17 +138,6 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
     return image
 
 
-def _cuda_device_count() -> int:
-    try:
-        import cupy
-    except ImportError:
-        return 0
-    try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # no driver, or a CUDA error: no usable device
-        return 0
-
-
 @register("decoders.image")
 def build_decode(ctx: OpContext) -> BuiltOp:
     output_type = ctx.args["output_type"]
@@ -166,7 +156,7 @@ def build_decode(ctx: OpContext) -> BuiltOp:
 
 def _gpu_decoder(device: str, output_type: str) -> SampleFn:
     """A decode function on nvImageCodec, or ``DeviceUnavailable`` why there is none."""
-    if _cuda_device_count() == 0:
+    if cuda_device_count() == 0:
         raise DeviceUnavailable(f"{OP}: device={device!r} needs a CUDA device, and this "
                                 "machine has none (use device='cpu')")
     try:
