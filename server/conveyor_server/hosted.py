@@ -30,6 +30,8 @@ class HostedPipeline:
     ended_error: type[ConveyorError] = Fenced
     draining: bool = False
     latest_checkpoint: str = ""
+    #: The checkpoint written when this server drained the pipeline, if any.
+    drain_checkpoint: str = ""
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def attach(self, start: int) -> None:

@@ -104,16 +104,19 @@ class Runtime:
         log.info("draining: checkpointing pipelines and ending streams")
         self.health.enter_graceful_shutdown()
         self.service.draining.set()
-        for hosted in self.service.hosted():
-            if not hosted.streaming:
-                try:
-                    stored = self.service.checkpoint_at_acknowledged(hosted)
-                    if stored is not None:
-                        log.info("drained %s at batch %d: %s", hosted.name, stored.batches,
-                                 stored.id)
-                except ConveyorError as exc:
-                    log.warning("could not checkpoint %s while draining: %s", hosted.name, exc)
+        # Streams checkpoint themselves as they end; the rest are checkpointed once every
+        # stream is over, so a stream that was ending anyway is not missed.
         self.server.stop(grace).wait(grace + 1)
+        for hosted in self.service.hosted():
+            if hosted.drain_checkpoint:
+                continue
+            try:
+                stored = self.service.checkpoint_at_acknowledged(hosted)
+            except ConveyorError as exc:
+                log.warning("could not checkpoint %s while draining: %s", hosted.name, exc)
+                continue
+            if stored is not None:
+                log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id)
         self.stop()
 
     def stop(self) -> None:

@@ -208,6 +208,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         except Exception as exc:
             error.message += f"; no checkpoint could be written ({exc})"
         else:
+            hosted.drain_checkpoint = stored.id
             error.message += (f"; resume from checkpoint {stored.id} "
                               f"(after batch {stored.batches})")
             error.trailing_metadata = (  # type: ignore[attr-defined]
@@ -232,7 +233,9 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         """For the drain of a pipeline without a stream."""
         if not hosted.engine.spec.enable_checkpointing or hosted.ended is not None:
             return None
-        return self._write_checkpoint(hosted, hosted.acknowledged)
+        stored = self._write_checkpoint(hosted, hosted.acknowledged)
+        hosted.drain_checkpoint = stored.id
+        return stored
 
     @unary
     def Checkpoint(self, request: service_pb2.CheckpointRequest,
