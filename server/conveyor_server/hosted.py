@@ -59,8 +59,10 @@ class HostedPipeline:
 
     def acknowledge(self, consumed: int) -> None:
         with self.cond:
+            # Clamped to the batches taken from the engine, not to ``sent``: an ack may
+            # overtake the bookkeeping of the batch it acknowledges.
             if consumed > self.acknowledged:
-                self.acknowledged = min(consumed, self.sent)
+                self.acknowledged = min(consumed, self.engine.batches_returned)
                 self.cond.notify_all()
 
     def check_live(self) -> None:
