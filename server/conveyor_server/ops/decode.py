@@ -120,6 +120,9 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
     if fmt == "JPEG":
         check_jpeg_complete(data)
     flags = _FLAGS[output_type]
+    if fmt == "JPEG" and output_type == "RGB":
+        # JPEG samples are 8-bit: OpenCV converts to RGB while decoding, which saves a pass.
+        flags = cv2.IMREAD_COLOR_RGB
     try:
         image = cv2.imdecode(data, flags)
         if image is not None and image.dtype not in (np.uint8, np.uint16):
@@ -133,7 +136,7 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
         what = "format not recognised" if fmt == "unknown" else f"corrupt or unsupported {fmt}"
         raise DataFileError(f"cannot decode the image ({data.size} bytes): {what}")
     image = _to_uint8_hwc(image)
-    if output_type == "RGB":
+    if output_type == "RGB" and flags != cv2.IMREAD_COLOR_RGB:
         image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     return image
 
