@@ -61,6 +61,11 @@ class Client:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)
+        # Batch frames stay encoded: BatchAssembler copies their data straight into place.
+        self._stream_frames = self._channel.stream_stream(
+            "/conveyor.v1.Conveyor/StreamBatches",
+            request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
+            response_deserializer=None)
 
     def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
         try:
@@ -166,7 +171,7 @@ class RemotePipeline:
                 yield item
 
         self._requests = requests
-        self._responses = self.client._stub.StreamBatches(
+        self._responses = self.client._stream_frames(
             outgoing(), timeout=self.client.stream_timeout, metadata=self.client._metadata)
 
     def _close_stream(self) -> None:

@@ -2,9 +2,13 @@
 
 A batch is one header frame (dtype, layout and per-sample shapes of every output) followed
 by data frames; the header frame carries the first bytes too. Data is every output in
-order, every sample in order, each sample C-contiguous. The receiver copies each frame once
-into a single writable buffer and hands out views of it: nothing is pickled, and there are
+order, every sample in order, each sample C-contiguous. Nothing is pickled and there are
 no per-pixel fields.
+
+Frames are ``StreamBatchesResponse`` messages, but both ends handle their encoded form
+directly: the sender writes each frame with one copy from the sample arrays, and the
+receiver copies each frame's data once into a single writable buffer per batch and hands
+out views of it.
 """
 
 from __future__ import annotations
@@ -19,9 +23,37 @@ from conveyor.v1 import service_pb2
 
 FRAME_BYTES = 1 << 20
 
+# Field keys of StreamBatchesResponse: header = 1, data = 2, both length-delimited.
+_HEADER_KEY = b"\x0a"
+_DATA_KEY = b"\x12"
 
-def _header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.BatchHeader,
-                                                                 list[memoryview]]:
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def batch_header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.BatchHeader,
+                                                                      list[memoryview]]:
+    """The header of a batch and the byte pieces of its samples, in wire order."""
     header = service_pb2.BatchHeader(index=index, batch_size=len(outputs[0]) if outputs else 0)
     pieces: list[memoryview] = []
     total = 0
@@ -43,12 +75,14 @@ def _header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.Batc
     return header, pieces
 
 
-def encode_batch(index: int, outputs: Sequence[TensorList],
-                 frame_bytes: int = FRAME_BYTES) -> Iterator[service_pb2.StreamBatchesResponse]:
-    header, pieces = _header(index, outputs)
-    first = True
+def encode_frames(index: int, outputs: Sequence[TensorList],
+                  frame_bytes: int = FRAME_BYTES) -> Iterator[bytes]:
+    """The batch's frames, each an encoded ``StreamBatchesResponse``."""
+    header, pieces = batch_header(index, outputs)
+    prefix = [_HEADER_KEY, _varint(header.ByteSize()), header.SerializeToString()]
+    remaining = header.total_bytes
     chunk: list[memoryview] = []
-    room = frame_bytes
+    room = min(frame_bytes, remaining)
     for piece in pieces:
         while len(piece):
             take = piece[:room]
@@ -56,47 +90,62 @@ def encode_batch(index: int, outputs: Sequence[TensorList],
             piece = piece[len(take):]
             room -= len(take)
             if room == 0:
-                yield service_pb2.StreamBatchesResponse(
-                    header=header if first else None, data=b"".join(chunk))
-                first, chunk, room = False, [], frame_bytes
-    if chunk or first:
-        yield service_pb2.StreamBatchesResponse(
-            header=header if first else None, data=b"".join(chunk))
+                size = sum(len(c) for c in chunk)
+                yield b"".join([*prefix, _DATA_KEY, _varint(size), *chunk])
+                remaining -= size
+                prefix, chunk, room = [], [], min(frame_bytes, remaining)
+    if prefix:  # a batch without data bytes still sends its header
+        yield b"".join(prefix)
+
+
+def parse_frame(frame: bytes) -> tuple[service_pb2.BatchHeader | None, memoryview]:
+    """Split an encoded ``StreamBatchesResponse`` into its header (if any) and data."""
+    view = memoryview(frame)
+    header = None
+    data = view[0:0]
+    pos = 0
+    while pos < len(view):
+        key, pos = _read_varint(view, pos)
+        if key & 7 != 2:
+            raise DataLoss(f"unexpected field {key >> 3} (wire type {key & 7}) in a batch frame")
+        size, pos = _read_varint(view, pos)
+        if key >> 3 == 1:
+            header = service_pb2.BatchHeader.FromString(bytes(view[pos:pos + size]))
+        elif key >> 3 == 2:
+            data = view[pos:pos + size]
+        pos += size
+    return header, data
 
 
 class BatchAssembler:
-    """Feed frames in order; ``feed`` returns the batch when its last byte has arrived."""
+    """Feed encoded frames in order; ``feed`` returns the batch when its last byte arrived."""
 
     def __init__(self) -> None:
         self._header: service_pb2.BatchHeader | None = None
         self._buffer = np.empty(0, dtype=np.uint8)
         self._filled = 0
 
-    @property
-    def index(self) -> int | None:
-        return self._header.index if self._header is not None else None
-
-    def feed(self, frame: service_pb2.StreamBatchesResponse) -> tuple[TensorList, ...] | None:
-        if frame.HasField("header"):
+    def feed(self, frame: bytes) -> tuple[TensorList, ...] | None:
+        header, data = parse_frame(frame)
+        if header is not None:
             if self._header is not None:
                 raise DataLoss(f"batch {self._header.index} ended after {self._filled} of "
                                f"{self._header.total_bytes} bytes")
-            self._header = frame.header
-            self._buffer = np.empty(frame.header.total_bytes, dtype=np.uint8)
+            self._header = header
+            self._buffer = np.empty(header.total_bytes, dtype=np.uint8)
             self._filled = 0
         elif self._header is None:
             raise DataLoss("data frame without a batch header")
-        data = frame.data
         end = self._filled + len(data)
         if end > len(self._buffer):
             raise DataLoss(f"batch {self._header.index} has more bytes than its header says")
-        if data:
+        if len(data):
             self._buffer[self._filled:end] = np.frombuffer(data, dtype=np.uint8)
         self._filled = end
         if self._filled < len(self._buffer):
             return None
-        header, self._header = self._header, None
-        return self._outputs(header, self._buffer)
+        done, self._header = self._header, None
+        return self._outputs(done, self._buffer)
 
     @staticmethod
     def _outputs(header: service_pb2.BatchHeader, buffer: np.ndarray) -> tuple[TensorList, ...]:
@@ -109,8 +158,7 @@ class BatchAssembler:
             for i in range(header.batch_size):
                 shape = tuple(shapes[i * th.ndim:(i + 1) * th.ndim])
                 nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                view = buffer[offset:offset + nbytes].view(dtype).reshape(shape)
-                samples.append(view)
+                samples.append(buffer[offset:offset + nbytes].view(dtype).reshape(shape))
                 offset += nbytes
             outputs.append(TensorList(samples, th.layout, dtype))
         return tuple(outputs)

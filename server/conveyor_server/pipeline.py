@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,11 +124,18 @@ class Pipeline:
         """The next batch: one TensorList per pipeline output."""
         if self._closed:
             raise FailedPrecondition("pipeline is closed")
-        while len(self._inflight) < self._depth:
-            self._submit()
+        try:
+            while len(self._inflight) < self._depth:
+                self._submit()
+        except RuntimeError:  # the pool was shut down by close() on another thread
+            if self._closed:
+                raise FailedPrecondition("pipeline is closed") from None
+            raise
         pending = self._inflight.popleft()
         try:
             results = [f.result() for f in pending.futures]
+        except CancelledError:
+            raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
             self._rewind()
             raise

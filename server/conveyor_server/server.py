@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from conveyor.errors import ConveyorError
-from conveyor.v1 import service_pb2, service_pb2_grpc
+from conveyor.v1 import service_pb2
 from conveyor_server.service import ConveyorService
 from conveyor_server.store import Store
 
@@ -53,13 +53,40 @@ def create_server(
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               keep_checkpoints=keep_checkpoints, max_pipelines=max_pipelines,
                               token=token, drain_wait=drain_wait)
-    service_pb2_grpc.add_ConveyorServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((conveyor_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
     return server, port, service, health_servicer
+
+
+def _serialize_frame(message: object) -> bytes:
+    """Stream frames arrive already encoded (see ``conveyor.wire``); anything else is a
+    message to serialize."""
+    return message if isinstance(message, bytes) else message.SerializeToString()  # type: ignore[attr-defined]
+
+
+def conveyor_handler(servicer: ConveyorService) -> grpc.GenericRpcHandler:
+    """The service's handlers, read from its descriptor, as the generated
+    ``add_ConveyorServicer_to_server`` would build them, except that StreamBatches frames
+    are sent as the bytes the pump encoded, without another copy through a message."""
+    service = service_pb2.DESCRIPTOR.services_by_name["Conveyor"]
+    handlers = {}
+    for method in service.methods:
+        request = getattr(service_pb2, method.input_type.name)
+        response = getattr(service_pb2, method.output_type.name)
+        behaviour = getattr(servicer, method.name)
+        if method.client_streaming and method.server_streaming:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                behaviour, request_deserializer=request.FromString,
+                response_serializer=_serialize_frame)
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                behaviour, request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
 class Runtime:

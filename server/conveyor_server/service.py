@@ -13,6 +13,7 @@ import grpc
 from conveyor import spec as specs
 from conveyor.errors import (
     CheckpointMismatch,
+    ConveyorError,
     FailedPrecondition,
     Fenced,
     InvalidArgument,
@@ -21,11 +22,11 @@ from conveyor.errors import (
     Unavailable,
 )
 from conveyor.v1 import service_pb2, service_pb2_grpc
-from conveyor.wire import encode_batch
 from conveyor_server import checkpoint as ckpt
 from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
 from conveyor_server.pipeline import Pipeline
+from conveyor_server.pump import BatchPump
 from conveyor_server.store import Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
@@ -169,7 +170,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
 
     @streaming
     def StreamBatches(self, request_iterator: Iterator[service_pb2.StreamBatchesRequest],
-                      context: grpc.ServicerContext) -> Iterator[service_pb2.StreamBatchesResponse]:
+                      context: grpc.ServicerContext) -> Iterator[bytes]:
         first = next(request_iterator, None)
         if first is None or not first.name:
             raise InvalidArgument("StreamBatches: the first message must name the pipeline")
@@ -178,17 +179,24 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         acks = threading.Thread(target=self._read_acks, args=(request_iterator, hosted),
                                 name=f"acks-{hosted.name}", daemon=True)
         acks.start()
+        pump = BatchPump(hosted.engine, hosted.name)
         try:
             while context.is_active():
                 hosted.check_live()
                 if self.draining.is_set() or hosted.draining:
                     self._drain_stream(hosted)
-                batch = hosted.engine.run()
-                index = hosted.engine.batches_returned - 1
-                yield from encode_batch(index, batch)
+                ready = pump.get(timeout=0.1)
+                if ready is None:
+                    continue
+                index, frames = ready
+                yield from frames
                 with hosted.cond:
                     hosted.sent = index + 1
+        except ConveyorError:
+            hosted.check_live()  # a pipeline deleted or fenced under the stream says so
+            raise
         finally:
+            pump.stop()
             hosted.detach()
 
     @staticmethod

@@ -1,0 +1,222 @@
+"""Pipeline throughput: the seed-notebook pipeline plus a 224x224 resize, 2 threads.
+
+Contenders (images/s, batch 8 and 64):
+- conveyor in-process: ``conveyor_server.Pipeline``
+- conveyor over gRPC: a real conveyor-server on loopback, consumed by ``conveyor.Client``
+  (client and server share the 2 cores)
+- hand-written loop: read bytes -> cv2.imdecode (RGB) -> cv2.warpAffine -> cv2.resize
+  (INTER_AREA: the same antialiased shrink our resize does by default, as DALI's does),
+  a thread pool of 2, batch by batch: the practical limit over the same libraries
+- NVIDIA DALI on the CPU (``device_id=None``), if ``nvidia.dali`` imports
+- a PyTorch DataLoader with 2 workers and PIL, if ``torch`` imports
+
+Run: python -m bench.throughput [--quick]
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+import conveyor
+from bench._shared import (
+    Server,
+    interleaved,
+    machine,
+    make_dataset,
+    median,
+    parse_args,
+    spread,
+    table,
+)
+from conveyor import fn, pipeline_def, types
+from conveyor_server import Pipeline
+
+THREADS = 2
+
+
+def seed_pipeline(root: str, batch: int) -> Any:
+    @pipeline_def(batch_size=batch, num_threads=THREADS, seed=12, enable_checkpointing=True)
+    def seed_resize() -> Any:
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+        images = fn.decoders.image(jpegs, output_type=types.RGB)
+        angles = fn.random.uniform(range=(-30.0, 30.0))
+        images = fn.rotate(images, angle=angles, fill_value=0, keep_size=True)
+        return fn.resize(images, size=(224, 224)), labels, angles
+
+    return seed_resize()
+
+
+def timed(step: Callable[[], object], batches: int, batch: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(batches):
+        step()
+    return batches * batch / (time.perf_counter() - start)
+
+
+def in_process(root: str, batch: int, batches: int) -> Callable[[], float]:
+    def run() -> float:
+        with Pipeline(seed_pipeline(root, batch)) as pipe:
+            return timed(pipe.run, batches, batch)
+    return run
+
+
+def streamed(server: Server, root: str, batch: int, batches: int) -> Callable[[], float]:
+    names = itertools.count()
+
+    def run() -> float:
+        with conveyor.Client(server.address, timeout=60) as client:
+            name = f"tp-{batch}-{next(names)}"
+            pipe = client.create(name, seed_pipeline(root, batch))
+            try:
+                return timed(pipe.run, batches, batch)
+            finally:
+                pipe.close()
+                client.delete(name)
+    return run
+
+
+def hand_written(files: list[str], batch: int, batches: int) -> Callable[[], float]:
+    rng = np.random.default_rng(0)
+
+    def one(path: str, angle: float) -> np.ndarray:
+        img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR_RGB)
+        h, w = img.shape[:2]
+        m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
+        img = cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        return cv2.resize(img, (224, 224), interpolation=cv2.INTER_AREA)
+
+    def run() -> float:
+        with ThreadPoolExecutor(THREADS) as pool:
+            order = rng.permutation(len(files))
+            cursor = itertools.count()
+
+            def step() -> None:
+                idx = [order[next(cursor) % len(files)] for _ in range(batch)]
+                angles = rng.uniform(-30, 30, batch)
+                list(pool.map(one, [files[i] for i in idx], angles))
+            return timed(step, batches, batch)
+    return run
+
+
+def dali(root: str, batch: int, batches: int) -> Callable[[], float] | None:
+    try:
+        from nvidia.dali import fn as dfn
+        from nvidia.dali import pipeline_def as dali_pipeline_def
+        from nvidia.dali import types as dtypes
+    except ImportError:
+        return None
+
+    @dali_pipeline_def(batch_size=batch, num_threads=THREADS, device_id=None, seed=12)
+    def dali_seed() -> Any:
+        jpegs, labels = dfn.readers.file(file_root=root, random_shuffle=True)
+        images = dfn.decoders.image(jpegs, device="cpu", output_type=dtypes.RGB)
+        angles = dfn.random.uniform(range=(-30.0, 30.0))
+        images = dfn.rotate(images, angle=angles, fill_value=0, keep_size=True)
+        return dfn.resize(images, size=(224, 224)), labels, angles
+
+    def run() -> float:
+        pipe = dali_seed()
+        pipe.build()
+        try:
+            return timed(pipe.run, batches, batch)
+        finally:
+            del pipe
+    return run
+
+
+def torch_loader(files: list[str], batch: int, batches: int) -> Callable[[], float] | None:
+    try:
+        import torch
+        from PIL import Image
+        from torch.utils.data import DataLoader, Dataset
+    except ImportError:
+        return None
+
+    class Images(Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+            angle = float(np.random.default_rng(i).uniform(-30, 30))
+            with Image.open(files[i]) as im:
+                img = im.convert("RGB").rotate(angle, resample=Image.Resampling.BILINEAR,
+                                               fillcolor=0)
+                img = img.resize((224, 224), Image.Resampling.BILINEAR)
+            return np.asarray(img), i % 4
+
+    def collate(items: list[tuple[np.ndarray, int]]) -> tuple[Any, Any]:
+        return torch.from_numpy(np.stack([x for x, _ in items])), [y for _, y in items]
+
+    def run() -> float:
+        loader = DataLoader(Images(), batch_size=batch, shuffle=True, num_workers=THREADS,
+                            collate_fn=collate, persistent_workers=False)
+        it = iter(loader)
+        return timed(lambda: next(it), batches, batch)
+    return run
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    count = 256 if args.quick else 2000
+    data = make_dataset(args.data, count)
+    root = str(data)
+    files = sorted(str(p) for p in Path(root).rglob("*.jpg"))
+    images_per_run = 128 if args.quick else 768
+    print(f"# Pipeline throughput ({machine()}); {len(files)} JPEGs, images/s, median of "
+          f"{args.runs} interleaved runs (min-max)\n")
+    summary: dict[tuple[str, int], float] = {}
+    with Server(data.parent) as server:
+        for batch in (8, 64):
+            batches = max(2, images_per_run // batch)
+            contenders: dict[str, Callable[[], float]] = {
+                "conveyor in-process": in_process(root, batch, batches),
+                "conveyor over gRPC": streamed(server, root, batch, batches),
+                "hand-written loop": hand_written(files, batch, batches),
+            }
+            skipped = []
+            peers = {"DALI CPU": dali(root, batch, batches),
+                     "PyTorch DataLoader+PIL": torch_loader(files, batch, batches)}
+            for name, contender in peers.items():
+                if contender is None:
+                    skipped.append(name)
+                else:
+                    contenders[name] = contender
+            results = interleaved(contenders, args.runs)
+            print(f"batch {batch}:")
+            table([(name, f"{median(v):.0f}", spread(v)) for name, v in results.items()],
+                  ("contender", "images/s", "spread"))
+            for name in skipped:
+                print(f"  {name}: skipped, not installed "
+                      "(pip install nvidia-dali-cuda120 / torch==2.13.0 pillow)")
+            for name, values in results.items():
+                summary[(name, batch)] = median(values)
+    print("ratios (medians):")
+    rows = []
+    for batch in (8, 64):
+        ours = summary[("conveyor in-process", batch)]
+        rows.append((f"in-process / hand-written loop, batch {batch}",
+                     f"{ours / summary[('hand-written loop', batch)]:.2f}"))
+        if ("DALI CPU", batch) in summary:
+            rows.append((f"in-process / DALI CPU, batch {batch}",
+                         f"{ours / summary[('DALI CPU', batch)]:.2f}"))
+        if ("PyTorch DataLoader+PIL", batch) in summary:
+            rows.append((f"in-process / PyTorch DataLoader, batch {batch}",
+                         f"{ours / summary[('PyTorch DataLoader+PIL', batch)]:.2f}"))
+        rows.append((f"over gRPC / in-process, batch {batch}",
+                     f"{summary[('conveyor over gRPC', batch)] / ours:.2f}"))
+    table(rows, ("ratio", "value"))
+
+
+if __name__ == "__main__":
+    main()
