@@ -28,7 +28,7 @@ demo: $(STAMP)
 	@$(BIN)/python -m conveyor_server.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
+	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py

@@ -90,6 +90,7 @@ def hand_written(files: list[str], batch: int, batches: int) -> Callable[[], flo
 
     def one(path: str, angle: float) -> np.ndarray:
         img = cv2.imdecode(np.fromfile(path, np.uint8), cv2.IMREAD_COLOR_RGB)
+        assert img is not None, path
         h, w = img.shape[:2]
         m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
         img = cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR,
@@ -143,7 +144,7 @@ def torch_loader(files: list[str], batch: int, batches: int) -> Callable[[], flo
     except ImportError:
         return None
 
-    class Images(Dataset):  # type: ignore[type-arg]
+    class Images(Dataset):
         def __len__(self) -> int:
             return len(files)
 

@@ -32,6 +32,7 @@ class BatchPump:
                 batch = self._engine.run()
                 index = self._engine.batches_returned - 1
                 item = (index, list(encode_frames(index, batch)))
+                del batch  # only the frames stay resident while they wait
             except BaseException as exc:  # handed to the stream, which raises it
                 item = exc
             while not self._stop.is_set():

@@ -1,0 +1,23 @@
+"""Run every benchmark: ``make bench`` (or ``make bench BENCH_ARGS=--quick``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+MODULES = ("bench.throughput", "bench.transport", "bench.checkpointing", "bench.memory")
+
+
+def main() -> int:
+    failed = []
+    for module in MODULES:
+        print(f"\n===== {module} =====\n", flush=True)
+        if subprocess.run([sys.executable, "-m", module, *sys.argv[1:]], check=False).returncode:
+            failed.append(module)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

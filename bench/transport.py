@@ -1,0 +1,183 @@
+"""Transport: batches of 150 KB, 1 MiB and 8 MiB from a server process to this one.
+
+- conveyor stream: the real path, a conveyor-server streaming a pipeline whose only output
+  is one file's bytes (``fn.readers.file`` with batch size 1, the file in page cache), read
+  with ``conveyor.Client`` (frames of 1 MiB, one copy into the batch buffer)
+- bare grpcio: a grpcio server process streaming prebuilt ``bytes`` messages of the same
+  frame size (no protobuf, no assembly): what gRPC itself costs
+- raw TCP: a plain socket sender process and receiver (``recv_into`` one buffer): the
+  ceiling on loopback
+
+Run: python -m bench.transport [--quick]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+import conveyor
+from bench._shared import Server, interleaved, machine, median, parse_args, spread, table
+from conveyor import fn, pipeline_def
+
+SIZES = {"150 KB": 150_000, "1 MiB": 1 << 20, "8 MiB": 8 << 20}
+FRAME = 1 << 20
+METHOD = "/bench.Bare/Stream"
+
+
+def _bare_server(size: int) -> None:
+    """Child process: a grpcio server streaming prebuilt frames of one batch forever."""
+    payload = os.urandom(size)
+    frames = [payload[i:i + FRAME] for i in range(0, size, FRAME)]
+
+    def stream(request: bytes, context: grpc.ServicerContext) -> Any:
+        while context.is_active():
+            yield from frames
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    handler = grpc.method_handlers_generic_handler("bench.Bare", {
+        "Stream": grpc.unary_stream_rpc_method_handler(stream)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+
+
+def _tcp_sender(size: int) -> None:
+    """Child process: accept one connection and send the batch bytes forever."""
+    payload = os.urandom(size)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        print(listener.getsockname()[1], flush=True)
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                while True:
+                    conn.sendall(payload)
+            except OSError:
+                return
+
+
+def _child(role: str, size: int) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.transport", "--child", role, str(size)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def bare_grpc(port: int, size: int, batches: int) -> Callable[[], float]:
+    def run() -> float:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+                ("grpc.max_receive_message_length", 64 << 20)]) as channel:
+            call = channel.unary_stream(METHOD)(b"")
+            received, warm, start = 0, size * 2, 0.0
+            for frame in call:
+                received += len(frame)
+                if not start and received >= warm:
+                    start, received = time.perf_counter(), 0
+                if start and received >= size * batches:
+                    break
+            seconds = time.perf_counter() - start
+            call.cancel()
+            return received / seconds / 1e9
+    return run
+
+
+def raw_tcp(size: int, batches: int) -> Callable[[], float]:
+    def run() -> float:
+        proc, port = _child("tcp", size)
+        try:
+            buffer = bytearray(size)
+            view = memoryview(buffer)
+            with socket.create_connection(("127.0.0.1", port)) as conn:
+                def batch() -> None:
+                    got = 0
+                    while got < size:
+                        got += conn.recv_into(view[got:])
+                batch()
+                start = time.perf_counter()
+                for _ in range(batches):
+                    batch()
+                return size * batches / (time.perf_counter() - start) / 1e9
+        finally:
+            proc.kill()
+            proc.wait()
+            if proc.stdout:
+                proc.stdout.close()
+    return run
+
+
+def conveyor_stream(server: Server, root: Path, size: int, batches: int) -> Callable[[], float]:
+    names = itertools.count()
+
+    @pipeline_def(batch_size=1, num_threads=1, seed=1, enable_checkpointing=True)
+    def blob_pipeline() -> Any:
+        data, _ = fn.readers.file(file_root=str(root), file_filters=["*.bin"])
+        return data
+
+    def run() -> float:
+        with conveyor.Client(server.address, timeout=60) as client:
+            name = f"t{size}-{next(names)}"
+            pipe = client.create(name, blob_pipeline())
+            try:
+                for _ in range(2):
+                    pipe.run()
+                start = time.perf_counter()
+                for _ in range(batches):
+                    pipe.run()
+                return size * batches / (time.perf_counter() - start) / 1e9
+            finally:
+                pipe.close()
+                client.delete(name)
+    return run
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        (_bare_server if sys.argv[2] == "grpc" else _tcp_sender)(int(sys.argv[3]))
+        return
+    args = parse_args(__doc__.splitlines()[0])
+    total = (64 << 20) if args.quick else (512 << 20)
+    print(f"# Transport on loopback ({machine()}); GB/s, median of {args.runs} interleaved "
+          "runs (min-max)\n")
+    rows, ratios = [], []
+    base = args.data.parent / "conveyor-bench-blobs"
+    for label, size in SIZES.items():
+        root = base / f"{size}"
+        (root / "blob").mkdir(parents=True, exist_ok=True)
+        (root / "blob" / "batch.bin").write_bytes(os.urandom(size))
+        batches = max(4, total // size)
+        grpc_proc, grpc_port = _child("grpc", size)
+        try:
+            with Server(root) as server:
+                results = interleaved({
+                    "conveyor stream": conveyor_stream(server, root, size, batches),
+                    "bare grpcio": bare_grpc(grpc_port, size, batches),
+                    "raw TCP": raw_tcp(size, batches),
+                }, args.runs)
+        finally:
+            grpc_proc.kill()
+            grpc_proc.wait()
+            if grpc_proc.stdout:
+                grpc_proc.stdout.close()
+        for name, values in results.items():
+            rows.append((label, name, f"{median(values):.2f}", spread(values, "{:.2f}")))
+        ours = median(results["conveyor stream"])
+        ratios.append((label, f"{ours / median(results['bare grpcio']):.2f}",
+                       f"{ours / median(results['raw TCP']):.2f}"))
+    table(rows, ("batch", "transport", "GB/s", "spread"))
+    table(ratios, ("batch", "conveyor / bare grpcio", "conveyor / raw TCP"))
+
+
+if __name__ == "__main__":
+    main()
