@@ -3,6 +3,9 @@
 - conveyor stream: the real path, a conveyor-server streaming a pipeline whose only output
   is one file's bytes (``fn.readers.file`` with batch size 1, the file in page cache), read
   with ``conveyor.Client`` (frames of 1 MiB, one copy into the batch buffer)
+- conveyor wire format: the same grpcio server process encoding a prebuilt batch with
+  ``conveyor.wire.encode_frames`` for every batch, received with ``BatchAssembler``: the
+  cost of the stream format alone, without the engine, the pump and the acknowledgements
 - bare grpcio: a grpcio server process streaming prebuilt ``bytes`` messages of the same
   frame size (no protobuf, no assembly): what gRPC itself costs
 - raw TCP: a plain socket sender process and receiver (``recv_into`` one buffer): the
@@ -25,24 +28,31 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 
 import conveyor
 from bench._shared import Server, interleaved, machine, median, parse_args, spread, table
 from conveyor import fn, pipeline_def
+from conveyor.tensor_list import TensorList
+from conveyor.wire import BatchAssembler, encode_frames
 
 SIZES = {"150 KB": 150_000, "1 MiB": 1 << 20, "8 MiB": 8 << 20}
 FRAME = 1 << 20
 METHOD = "/bench.Bare/Stream"
 
 
-def _bare_server(size: int) -> None:
-    """Child process: a grpcio server streaming prebuilt frames of one batch forever."""
+def _bare_server(size: int, wire: bool) -> None:
+    """Child process: a grpcio server streaming one batch forever, as prebuilt frames or
+    encoded afresh by Conveyor's wire format for every batch."""
     payload = os.urandom(size)
     frames = [payload[i:i + FRAME] for i in range(0, size, FRAME)]
+    batch = (TensorList([np.frombuffer(payload, dtype=np.uint8).copy()]),)
 
     def stream(request: bytes, context: grpc.ServicerContext) -> Any:
-        while context.is_active():
-            yield from frames
+        for index in itertools.count():
+            if not context.is_active():
+                return
+            yield from (encode_frames(index, batch) if wire else frames)
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
     handler = grpc.method_handlers_generic_handler("bench.Bare", {
@@ -90,6 +100,27 @@ def bare_grpc(port: int, size: int, batches: int) -> Callable[[], float]:
             seconds = time.perf_counter() - start
             call.cancel()
             return received / seconds / 1e9
+    return run
+
+
+def wire_format(port: int, size: int, batches: int) -> Callable[[], float]:
+    def run() -> float:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+                ("grpc.max_receive_message_length", 64 << 20)]) as channel:
+            call = channel.unary_stream(METHOD)(b"")
+            assembler = BatchAssembler()
+            done, start = 0, 0.0
+            for frame in call:
+                if assembler.feed(frame) is None:
+                    continue
+                done += 1
+                if done == 2:
+                    start = time.perf_counter()
+                if done == batches + 2:
+                    break
+            seconds = time.perf_counter() - start
+            call.cancel()
+            return size * batches / seconds / 1e9
     return run
 
 
@@ -144,7 +175,11 @@ def conveyor_stream(server: Server, root: Path, size: int, batches: int) -> Call
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        (_bare_server if sys.argv[2] == "grpc" else _tcp_sender)(int(sys.argv[3]))
+        role, size = sys.argv[2], int(sys.argv[3])
+        if role == "tcp":
+            _tcp_sender(size)
+        else:
+            _bare_server(size, wire=role == "wire")
         return
     args = parse_args(__doc__.splitlines()[0])
     total = (64 << 20) if args.quick else (512 << 20)
@@ -158,25 +193,31 @@ def main() -> None:
         (root / "blob" / "batch.bin").write_bytes(os.urandom(size))
         batches = max(4, total // size)
         grpc_proc, grpc_port = _child("grpc", size)
+        wire_proc, wire_port = _child("wire", size)
         try:
             with Server(root) as server:
                 results = interleaved({
                     "conveyor stream": conveyor_stream(server, root, size, batches),
+                    "conveyor wire format": wire_format(wire_port, size, batches),
                     "bare grpcio": bare_grpc(grpc_port, size, batches),
                     "raw TCP": raw_tcp(size, batches),
                 }, args.runs)
         finally:
-            grpc_proc.kill()
-            grpc_proc.wait()
-            if grpc_proc.stdout:
-                grpc_proc.stdout.close()
+            for proc in (grpc_proc, wire_proc):
+                proc.kill()
+                proc.wait()
+                if proc.stdout:
+                    proc.stdout.close()
         for name, values in results.items():
             rows.append((label, name, f"{median(values):.2f}", spread(values, "{:.2f}")))
         ours = median(results["conveyor stream"])
-        ratios.append((label, f"{ours / median(results['bare grpcio']):.2f}",
+        bare = median(results["bare grpcio"])
+        ratios.append((label, f"{ours / bare:.2f}",
+                       f"{median(results['conveyor wire format']) / bare:.2f}",
                        f"{ours / median(results['raw TCP']):.2f}"))
     table(rows, ("batch", "transport", "GB/s", "spread"))
-    table(ratios, ("batch", "conveyor / bare grpcio", "conveyor / raw TCP"))
+    table(ratios, ("batch", "stream / bare grpcio", "wire format / bare grpcio",
+                   "stream / raw TCP"))
 
 
 if __name__ == "__main__":
