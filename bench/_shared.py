@@ -39,8 +39,10 @@ def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None
 
 
 def make_dataset(root: Path, count: int = 2000, size: tuple[int, int] = (405, 470)) -> Path:
-    """``count`` textured JPEGs around 470x405 at quality 90, in 4 class folders (cached)."""
-    marker = root / f".complete-{count}"
+    """``count`` textured JPEGs around 470x405 at quality 90, in 4 class folders under
+    ``root/n<count>`` (cached). Returns that directory."""
+    root = root / f"n{count}"
+    marker = root / ".complete"
     if marker.exists():
         return root
     for i in range(count):
