@@ -1,15 +1,33 @@
 """Checkpoint and restore: Checkpoint RPC latency (Redis included), checkpoint size, and
 restore-to-first-batch time at batch 0 vs. batch 10^6.
 
-Run: python -m bench.checkpointing [--quick]
+The pipeline is the seed notebook's (``conveyor_server.demo.rotate_pipeline``: batch 8,
+2 threads, prefetch 2) on the benchmark data set, served by a real conveyor-server with
+a private redis-server (append-only, as the server's own default) on a unix socket.
+
+- Checkpoint RPC: ``Client.checkpoint(name, consumed)`` round trips, on an idle pipeline
+  and on one whose stream is being consumed by another thread (the server's 2 cores busy
+  decoding); references: sealing the same checkpoint in process (no gRPC, no Redis) and a
+  bare Redis SET of a blob of its size. Each run makes ``--calls`` calls; p50 and p99 are
+  per run, shown as the median (and spread) over the interleaved runs.
+- Restore to first batch: ``Pipeline(spec, checkpoint=blob).run()`` in process, and the
+  Restore RPC (blob sent inline) plus the first ``run()`` over gRPC, from checkpoints at
+  batch 0 and at batch 10^6 (made as tests/test_engine.py's ``_blob_at`` does, from the
+  engine's pure state function). The time should not depend on the position.
+
+Run: python -m bench.checkpointing [--quick] [--runs N] [--calls N]
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import redis
 
 import conveyor
 from bench._shared import (
@@ -20,6 +38,7 @@ from bench._shared import (
     median,
     parse_args,
     percentile,
+    ratio,
     spread,
     table,
 )
@@ -28,15 +47,16 @@ from conveyor_server import checkpoint as ckpt
 from conveyor_server.demo import rotate_pipeline
 
 FAR = 10**6
+Latency = tuple[float, float]  # p50, p99 in ms
 
 
-def latencies(call: Callable[[], Any], count: int) -> list[float]:
+def latencies(call: Callable[[], Any], count: int) -> Latency:
     out = []
     for _ in range(count):
         start = time.perf_counter()
         call()
         out.append((time.perf_counter() - start) * 1e3)
-    return out
+    return percentile(out, 50), percentile(out, 99)
 
 
 def blob_at(spec: Any, batches: int) -> bytes:
@@ -49,52 +69,98 @@ def blob_at(spec: Any, batches: int) -> bytes:
         return ckpt.seal(body)
 
 
+class Consumer:
+    """Consumes a remote pipeline on a thread while started."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.batches = 0
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.pipe.run()
+            self.batches += 1
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def extra(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calls", type=int, default=None,
+                   help="Checkpoint RPCs per run (default 200; 50 with --quick)")
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    data = make_dataset(args.data, 256 if args.quick else 2000)
+    args = parse_args(__doc__.splitlines()[0], extra)
+    data = make_dataset(args.data, args.images)
     spec = rotate_pipeline(str(data))
-    calls = 200 if args.quick else 1000
-    print(f"# Checkpoint and restore ({machine()}); Redis on loopback (unix socket)\n")
-    with Server(data.parent) as server, conveyor.Client(server.address, timeout=30) as client:
-        pipe = client.create("ckpt-bench", spec)
+    calls = args.calls or (50 if args.quick else 200)
+    runs = max(args.runs, 5)
+    print(f"# Checkpoint and restore ({machine()})\n# Redis: private redis-server, unix "
+          f"socket, append-only; median of {runs} interleaved runs (min-max)\n")
+    with Server(args.data) as server, conveyor.Client(server.address, timeout=30) as client:
+        idle_pipe = client.create("ckpt-idle", spec)
         for _ in range(3):
-            pipe.run()
-        size = len(pipe.checkpoint().data)
-        idle = latencies(lambda: client.checkpoint("ckpt-bench", consumed=3), calls)
+            idle_pipe.run()
+        idle_pipe.close()
+        stored = client.checkpoint("ckpt-idle", consumed=3)
+        blob_size = len(stored.data)
+        busy = Consumer(client.create("ckpt-busy", spec))
+        local = Pipeline(spec)
+        local.run()
+        bare_redis = redis.Redis.from_url(server.redis.url)
+        payload = bytes(blob_size)
 
-        busy_pipe = client.create("ckpt-busy", spec)
-        stop = threading.Event()
+        def streaming() -> Latency:
+            busy.start()
+            time.sleep(0.3)  # the stream is running and the server busy
+            try:
+                return latencies(lambda: client.checkpoint("ckpt-busy",
+                                                            consumed=busy.pipe.consumed), calls)
+            finally:
+                busy.stop()
 
-        def consume() -> None:
-            while not stop.is_set():
-                busy_pipe.run()
-        consumer = threading.Thread(target=consume)
-        consumer.start()
-        time.sleep(0.5)
-        busy = latencies(lambda: client.checkpoint("ckpt-busy", consumed=busy_pipe.consumed),
-                         calls // 4)
-        stop.set()
-        consumer.join()
-        busy_pipe.close()
-
-        rows = [("idle pipeline", f"{percentile(idle, 50):.2f}", f"{percentile(idle, 99):.2f}",
-                 len(idle)),
-                ("while streaming", f"{percentile(busy, 50):.2f}", f"{percentile(busy, 99):.2f}",
-                 len(busy))]
-        table(rows, ("Checkpoint RPC", "p50 ms", "p99 ms", "calls"))
-        print(f"seed pipeline checkpoint: {size} bytes\n")
+        lat = interleaved({
+            "Checkpoint RPC, idle pipeline": lambda: latencies(
+                lambda: client.checkpoint("ckpt-idle", consumed=3), calls),
+            "Checkpoint RPC, while streaming": streaming,
+            "ref: in-process seal, no Redis": lambda: latencies(local.checkpoint, calls),
+            "ref: bare Redis SET of that size": lambda: latencies(
+                lambda: bare_redis.set("bench-blob", payload), calls),
+        }, runs)
+        busy.pipe.close()
+        local.close()
+        bare_redis.close()
+        table([(name, f"{median([p for p, _ in v]):.2f}", spread([p for p, _ in v], "{:.2f}"),
+                f"{median([q for _, q in v]):.2f}", spread([q for _, q in v], "{:.2f}"))
+               for name, v in lat.items()],
+              ("latency (ms)", "p50", "spread", "p99", "spread"))
+        print(f"{calls} calls per run; the streamed pipeline moved {busy.batches} batches "
+              "while measured")
+        print(f"seed pipeline checkpoint: {blob_size} bytes (sealed blob, spec included)\n")
 
         blobs = {0: blob_at(spec, 0), FAR: blob_at(spec, FAR)}
+        construct: dict[int, list[float]] = {0: [], FAR: []}
 
-        def local(at: int) -> Callable[[], float]:
+        def in_process(at: int) -> Callable[[], float]:
             def run() -> float:
                 start = time.perf_counter()
                 with Pipeline(spec, checkpoint=blobs[at]) as restored:
+                    construct[at].append((time.perf_counter() - start) * 1e3)
                     restored.run()
                     return (time.perf_counter() - start) * 1e3
             return run
 
-        counter = iter(range(10**9))
+        counter = itertools.count()
 
         def remote(at: int) -> Callable[[], float]:
             def run() -> float:
@@ -108,18 +174,18 @@ def main() -> None:
                 return elapsed
             return run
 
-        runs = max(args.runs, 5)
-        results = interleaved({"in-process, batch 0": local(0),
-                               "in-process, batch 10^6": local(FAR),
-                               "Restore RPC, batch 0": remote(0),
-                               "Restore RPC, batch 10^6": remote(FAR)}, runs)
+        results = interleaved({"in-process, batch 0": in_process(0),
+                               "in-process, batch 10^6": in_process(FAR),
+                               "Restore RPC + run(), batch 0": remote(0),
+                               "Restore RPC + run(), batch 10^6": remote(FAR)}, runs)
         table([(k, f"{median(v):.1f}", spread(v, "{:.1f}")) for k, v in results.items()],
               ("restore to first batch", "ms", "spread"))
-        ratio_local = median(results["in-process, batch 10^6"]) / \
-            median(results["in-process, batch 0"])
-        ratio_remote = median(results["Restore RPC, batch 10^6"]) / \
-            median(results["Restore RPC, batch 0"])
-        table([("in-process", f"{ratio_local:.2f}"), ("Restore RPC", f"{ratio_remote:.2f}")],
+        print(f"of which Pipeline(spec, checkpoint=blob) itself (plan, file list, checks): "
+              f"{median(construct[0]):.1f} ms at 0, {median(construct[FAR]):.1f} ms at 10^6\n")
+        table([("in-process", ratio(results["in-process, batch 10^6"],
+                                    results["in-process, batch 0"])),
+               ("Restore RPC + run()", ratio(results["Restore RPC + run(), batch 10^6"],
+                                             results["Restore RPC + run(), batch 0"]))],
               ("restore at 10^6 / at 0", "ratio"))
 
 

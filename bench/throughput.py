@@ -8,9 +8,17 @@ Contenders (images/s, batch 8 and 64):
   (INTER_AREA: the same antialiased shrink our resize does by default, as DALI's does),
   a thread pool of 2, batch by batch: the practical limit over the same libraries
 - NVIDIA DALI on the CPU (``device_id=None``), if ``nvidia.dali`` imports
-- a PyTorch DataLoader with 2 workers and PIL, if ``torch`` imports
+  (``pip install nvidia-dali-cuda120``: the wheel runs on a machine without a GPU). Its CPU
+  ``rotate`` is its bottleneck here: on the 2-core machine (DALI 2.4, quiet), decode alone
+  ran at ~1,600 images/s, decode + rotate at ~230 and decode + resize at ~600, so that
+  ratio mostly measures DALI's CPU warp.
+- a PyTorch DataLoader with 2 worker processes and PIL (rotate bilinear, resize bilinear,
+  which PIL antialiases), if ``torch`` imports (``pip install torch==2.13.0 pillow``)
 
-Run: python -m bench.throughput [--quick]
+Each run builds its contender afresh, warms it up with 2 batches, times a fixed number of
+batches and shuts it down (so no contender computes ahead while another one is timed).
+
+Run: python -m bench.throughput [--quick] [--runs N] [--data DIR]
 """
 
 from __future__ import annotations
@@ -19,7 +27,6 @@ import itertools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import cv2
@@ -28,11 +35,13 @@ import numpy as np
 import conveyor
 from bench._shared import (
     Server,
+    image_files,
     interleaved,
     machine,
     make_dataset,
     median,
     parse_args,
+    ratio,
     spread,
     table,
 )
@@ -110,12 +119,16 @@ def hand_written(files: list[str], batch: int, batches: int) -> Callable[[], flo
     return run
 
 
+PEERS = {"DALI CPU": "pip install nvidia-dali-cuda120",
+         "PyTorch DataLoader+PIL": "pip install torch==2.13.0 pillow"}
+
+
 def dali(root: str, batch: int, batches: int) -> Callable[[], float] | None:
     try:
         from nvidia.dali import fn as dfn
         from nvidia.dali import pipeline_def as dali_pipeline_def
         from nvidia.dali import types as dtypes
-    except ImportError:
+    except Exception:  # ImportError, or a broken install
         return None
 
     @dali_pipeline_def(batch_size=batch, num_threads=THREADS, device_id=None, seed=12)
@@ -141,7 +154,7 @@ def torch_loader(files: list[str], batch: int, batches: int) -> Callable[[], flo
         import torch
         from PIL import Image
         from torch.utils.data import DataLoader, Dataset
-    except ImportError:
+    except Exception:  # ImportError, or a broken install
         return None
 
     class Images(Dataset):
@@ -169,15 +182,14 @@ def torch_loader(files: list[str], batch: int, batches: int) -> Callable[[], flo
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    count = 256 if args.quick else 2000
-    data = make_dataset(args.data, count)
+    data = make_dataset(args.data, args.images)
     root = str(data)
-    files = sorted(str(p) for p in Path(root).rglob("*.jpg"))
+    files = image_files(data)
     images_per_run = 128 if args.quick else 768
-    print(f"# Pipeline throughput ({machine()}); {len(files)} JPEGs, images/s, median of "
-          f"{args.runs} interleaved runs (min-max)\n")
-    summary: dict[tuple[str, int], float] = {}
-    with Server(data.parent) as server:
+    print(f"# Pipeline throughput ({machine()})\n# {len(files)} JPEGs, images/s, median of "
+          f"{args.runs} interleaved runs (min-max), {images_per_run} images timed per run\n")
+    results: dict[int, dict[str, list[float]]] = {}
+    with Server(args.data) as server:
         for batch in (8, 64):
             batches = max(2, images_per_run // batch)
             contenders: dict[str, Callable[[], float]] = {
@@ -193,30 +205,24 @@ def main() -> None:
                     skipped.append(name)
                 else:
                     contenders[name] = contender
-            results = interleaved(contenders, args.runs)
+            results[batch] = interleaved(contenders, args.runs)
             print(f"batch {batch}:")
-            table([(name, f"{median(v):.0f}", spread(v)) for name, v in results.items()],
+            table([(name, f"{median(v):.0f}", spread(v)) for name, v in results[batch].items()],
                   ("contender", "images/s", "spread"))
             for name in skipped:
-                print(f"  {name}: skipped, not installed "
-                      "(pip install nvidia-dali-cuda120 / torch==2.13.0 pillow)")
-            for name, values in results.items():
-                summary[(name, batch)] = median(values)
-    print("ratios (medians):")
+                print(f"{name}: skipped: not installed ({PEERS[name]})\n")
     rows = []
     for batch in (8, 64):
-        ours = summary[("conveyor in-process", batch)]
+        r = results[batch]
+        ours = r["conveyor in-process"]
         rows.append((f"in-process / hand-written loop, batch {batch}",
-                     f"{ours / summary[('hand-written loop', batch)]:.2f}"))
-        if ("DALI CPU", batch) in summary:
-            rows.append((f"in-process / DALI CPU, batch {batch}",
-                         f"{ours / summary[('DALI CPU', batch)]:.2f}"))
-        if ("PyTorch DataLoader+PIL", batch) in summary:
-            rows.append((f"in-process / PyTorch DataLoader, batch {batch}",
-                         f"{ours / summary[('PyTorch DataLoader+PIL', batch)]:.2f}"))
+                     ratio(ours, r["hand-written loop"])))
         rows.append((f"over gRPC / in-process, batch {batch}",
-                     f"{summary[('conveyor over gRPC', batch)] / ours:.2f}"))
-    table(rows, ("ratio", "value"))
+                     ratio(r["conveyor over gRPC"], ours)))
+        for peer in PEERS:
+            if peer in r:
+                rows.append((f"in-process / {peer}, batch {batch}", ratio(ours, r[peer])))
+    table(rows, ("ratio (per-run, median and spread)", "value"))
 
 
 if __name__ == "__main__":

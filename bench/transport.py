@@ -31,7 +31,7 @@ import grpc
 import numpy as np
 
 import conveyor
-from bench._shared import Server, interleaved, machine, median, parse_args, spread, table
+from bench._shared import Server, interleaved, machine, median, parse_args, ratio, spread, table
 from conveyor import fn, pipeline_def
 from conveyor.tensor_list import TensorList
 from conveyor.wire import BatchAssembler, encode_frames
@@ -183,8 +183,9 @@ def main() -> None:
         return
     args = parse_args(__doc__.splitlines()[0])
     total = (64 << 20) if args.quick else (512 << 20)
-    print(f"# Transport on loopback ({machine()}); GB/s, median of {args.runs} interleaved "
-          "runs (min-max)\n")
+    print(f"# Transport on loopback ({machine()})\n# GB/s of batch payload, median of "
+          f"{args.runs} interleaved runs (min-max); ratios: median of per-run ratios "
+          "(min-max)\n")
     rows, ratios = [], []
     base = args.data.parent / "conveyor-bench-blobs"
     for label, size in SIZES.items():
@@ -210,11 +211,9 @@ def main() -> None:
                     proc.stdout.close()
         for name, values in results.items():
             rows.append((label, name, f"{median(values):.2f}", spread(values, "{:.2f}")))
-        ours = median(results["conveyor stream"])
-        bare = median(results["bare grpcio"])
-        ratios.append((label, f"{ours / bare:.2f}",
-                       f"{median(results['conveyor wire format']) / bare:.2f}",
-                       f"{ours / median(results['raw TCP']):.2f}"))
+        ours, bare = results["conveyor stream"], results["bare grpcio"]
+        ratios.append((label, ratio(ours, bare), ratio(results["conveyor wire format"], bare),
+                       ratio(ours, results["raw TCP"])))
     table(rows, ("batch", "transport", "GB/s", "spread"))
     table(ratios, ("batch", "stream / bare grpcio", "wire format / bare grpcio",
                    "stream / raw TCP"))
