@@ -28,7 +28,6 @@ class HostedPipeline:
     #: Why this server may no longer serve the pipeline (fenced, deleted), if so.
     ended: str | None = None
     ended_error: type[ConveyorError] = Fenced
-    draining: bool = False
     latest_checkpoint: str = ""
     #: The checkpoint written when this server drained the pipeline, if any.
     drain_checkpoint: str = ""

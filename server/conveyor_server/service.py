@@ -21,7 +21,7 @@ from conveyor.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from conveyor.v1 import service_pb2, service_pb2_grpc
+from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor_server import checkpoint as ckpt
 from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
@@ -88,9 +88,9 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
                 raise ResourceExhausted(f"this server hosts {len(self._pipelines)} pipelines, "
                                         f"its limit (--max-pipelines {self.max_pipelines})")
 
-    def _build(self, spec_or_none: object, blob: bytes | None = None) -> Pipeline:
-        return Pipeline(spec_or_none, checkpoint=blob,  # type: ignore[arg-type]
-                        data_roots=self.data_roots)
+    def _build(self, spec: pipeline_pb2.PipelineSpec | None,
+               blob: bytes | None = None) -> Pipeline:
+        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots)
 
     def fence(self, name: str, holder: str) -> None:
         with self._lock:
@@ -183,7 +183,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         try:
             while context.is_active():
                 hosted.check_live()
-                if self.draining.is_set() or hosted.draining:
+                if self.draining.is_set():
                     self._drain_stream(hosted)
                 ready = pump.get(timeout=0.1)
                 if ready is None:
