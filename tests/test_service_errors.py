@@ -12,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+import conveyor
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server import Pipeline
 from conveyor_server.redis_process import RedisProcess
@@ -145,6 +146,25 @@ def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadlin
         expected = pipe.run()
         assert batch_bytes(c.restore("outage-copy", checkpoint=ckpt.id).run()) == \
             batch_bytes(expected)
+
+
+def test_checkpoint_answers_within_a_short_deadline_when_redis_hangs(
+    start_server: Start, image_root: Path, redis_proc: RedisProcess
+) -> None:
+    with client(start_server()) as c:
+        pipe = c.create("hang", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
+        pipe.run()
+        redis_proc.pause()
+        try:
+            short = conveyor.Client(c.target, timeout=0.4)
+            started = time.monotonic()
+            with pytest.raises(errors.Unavailable, match="within the caller's deadline"):
+                short.checkpoint("hang", consumed=1)
+            assert time.monotonic() - started < 0.4
+            short.close()
+        finally:
+            redis_proc.resume()
+        assert pipe.checkpoint().batches == 1
 
 
 def test_sigterm_drain_ends_the_stream_with_a_usable_checkpoint(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -104,6 +105,15 @@ class RedisProcess:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): it accepts connections but answers nothing."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     @property
     def running(self) -> bool:

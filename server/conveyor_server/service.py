@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
@@ -30,6 +33,9 @@ from conveyor_server.pump import BatchPump
 from conveyor_server.store import Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
+T = TypeVar("T")
+#: Time kept back from a caller's deadline for the reply to reach it.
+_DEADLINE_MARGIN = 0.05
 
 CHECKPOINT_ID_KEY = "conveyor-checkpoint-id"
 CHECKPOINT_BATCHES_KEY = "conveyor-checkpoint-batches"
@@ -55,6 +61,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         self.drain_wait = drain_wait
         self.draining = threading.Event()
         self._pipelines: dict[str, HostedPipeline] = {}
+        self._store_calls = ThreadPoolExecutor(4, thread_name_prefix="store-call")
         self._lock = threading.Lock()
 
     # -- hosted pipelines ------------------------------------------------------------
@@ -237,6 +244,21 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         hosted.latest_checkpoint = stored.id
         return stored
 
+    def _within_deadline(self, context: grpc.ServicerContext, what: str,
+                         call: Callable[[], T]) -> T:
+        """Run a Redis call so that the caller hears back before its deadline: a deadline
+        shorter than the store's own timeout bounds the wait (the write may still land
+        later, as one more retained checkpoint)."""
+        remaining = context.time_remaining()
+        if remaining is None or remaining > self.store.timeout + _DEADLINE_MARGIN:
+            return call()
+        future = self._store_calls.submit(call)
+        try:
+            return future.result(timeout=max(0.0, remaining - _DEADLINE_MARGIN))
+        except FutureTimeout:
+            raise Unavailable(f"Redis at {self.store.address} did not complete {what} within "
+                              f"the caller's deadline ({remaining:.2f} s)") from None
+
     def checkpoint_at_acknowledged(self, hosted: HostedPipeline) -> StoredCheckpoint | None:
         """For the drain of a pipeline without a stream."""
         if not hosted.engine.spec.enable_checkpointing or hosted.ended is not None:
@@ -254,7 +276,8 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             raise FailedPrecondition(
                 f"pipeline {hosted.name!r}: cannot checkpoint after {batches} consumed "
                 f"batches: only {hosted.engine.batches_produced} were produced")
-        stored = self._write_checkpoint(hosted, batches)
+        stored = self._within_deadline(context, "the checkpoint",
+                                       lambda: self._write_checkpoint(hosted, batches))
         return service_pb2.CheckpointResponse(checkpoint=checkpoint_info(stored),
                                               data=stored.blob)
 
