@@ -186,3 +186,24 @@ def test_cli_operates_without_moving_the_trainer(
         assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"
         with Pipeline(rotate_pipeline(str(image_root / "imgs"))) as local:
             assert batch_bytes(pipe.run()) == batch_bytes(run_batches(local, 3)[2])
+
+
+def test_a_broken_stream_resumes_at_the_consumers_position(
+    start_server: Start, image_root: Path
+) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, prefetch_queue_depth=4)
+    with client(start_server()) as c, Pipeline(spec) as local:
+        expected = run_batches(local, 8)
+        pipe = c.create("reconnect", spec)
+        got = run_batches(pipe, 3)  # type: ignore[arg-type]
+        wait_for(lambda: c.pipeline("reconnect").sent > 3, "the server to send ahead")
+        pipe.close()  # the stream breaks with batches sent but never consumed
+        wait_for(lambda: not c.pipeline("reconnect").streaming, "the stream to end")
+        got += run_batches(pipe, 3)  # type: ignore[arg-type]
+        wait_for(lambda: c.pipeline("reconnect").acknowledged == 6, "the acknowledgements")
+        pipe.close()
+        other = c.attach("reconnect")  # another consumer starts where the acks are
+        assert other.consumed == 6
+        wait_for(lambda: not c.pipeline("reconnect").streaming, "the stream to end")
+        got += run_batches(other, 2)  # type: ignore[arg-type]
+        assert_same_stream(expected, got, "reconnecting streams")
