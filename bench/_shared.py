@@ -12,20 +12,16 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 import cv2
-import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from conveyor_server.launch import spawn_server, stop_server, wait_serving
 from conveyor_server.redis_process import RedisProcess
 
 DEFAULT_DATA = Path(os.environ.get("CONVEYOR_BENCH_DATA", "/tmp/conveyor-bench-data"))
@@ -170,36 +166,15 @@ class Server:
 
     def __init__(self, data_root: Path, *extra: str) -> None:
         self.redis = RedisProcess(appendonly=True).start()
-        args = [sys.executable, "-m", "conveyor_server.main", "--host", "127.0.0.1",
-                "--port", "0", "--redis-url", self.redis.url, "--data-root", str(data_root),
-                "--log-level", "WARNING", "--max-pipelines", "256", *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,
-                                     stdin=subprocess.DEVNULL)
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
-                                  daemon=True)
-        reader.start()
-        reader.join(60)
-        if not line or "listening on" not in line[0]:
-            self.close()
-            raise RuntimeError(f"server did not start: {line!r}")
-        self.address = "127.0.0.1:" + line[0].split()[3].rsplit(":", 1)[1]
-        self._wait_serving()
-
-    def _wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server not SERVING after {timeout}s")
-                time.sleep(0.02)
+        args = ["--host", "127.0.0.1", "--port", "0", "--redis-url", self.redis.url,
+                "--data-root", str(data_root), "--log-level", "WARNING",
+                "--max-pipelines", "256", *extra]
+        try:
+            self.proc, self.address = spawn_server(args)
+            wait_serving(self.address)
+        except Exception:
+            self.redis.cleanup()
+            raise
 
     @property
     def pid(self) -> int:
@@ -213,15 +188,7 @@ class Server:
         return 0
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_server(self.proc, 20)
         self.redis.cleanup()
 
     def __enter__(self) -> Server:

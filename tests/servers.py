@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from conveyor.errors import Unavailable
+from conveyor_server.launch import spawn_server, stop_server, wait_serving
 
 START_TIMEOUT = 30.0
 
@@ -31,43 +28,21 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> ServerProcess:
-        args = [sys.executable, "-m", "conveyor_server.main", "--host", "127.0.0.1",
-                "--port", "0", "--log-level", "INFO", *self.extra]
+        args = ["--host", "127.0.0.1", "--port", "0", "--log-level", "INFO", *self.extra]
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         for root in self.data_roots:
             args += ["--data-root", str(root)]
+        env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_REDIS_URL"}
         with self.log_path.open("a") as log:
-            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         stdin=subprocess.DEVNULL,
-                                         env={k: v for k, v in os.environ.items()
-                                              if k != "CONVEYOR_REDIS_URL"})
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
-                                  daemon=True)
-        reader.start()
-        reader.join(START_TIMEOUT)
-        if not line or "listening on" not in line[0]:
-            self.kill()
-            raise RuntimeError(f"server did not start: {line!r}\n{self.log()}")
-        self.port = int(line[0].split()[3].rsplit(":", 1)[1])
-        self.wait_serving()
+            try:
+                self.proc, address = spawn_server(args, stderr=log, env=env,
+                                                  timeout=START_TIMEOUT)
+            except Unavailable as exc:
+                raise RuntimeError(f"{exc.message}\n{self.log()}") from None
+        self.port = int(address.rsplit(":", 1)[1])
+        wait_serving(self.address, START_TIMEOUT)
         return self
-
-    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server not SERVING after {timeout}s\n{self.log()}")
-                time.sleep(0.02)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
@@ -86,12 +61,5 @@ class ServerProcess:
         return self.proc.wait(timeout)
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                self.terminate(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        if self.proc is not None:
+            stop_server(self.proc)

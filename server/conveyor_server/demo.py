@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,7 +23,8 @@ import numpy as np
 
 import conveyor
 from conveyor import fn, pipeline_def, types
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, Unavailable
+from conveyor_server.launch import spawn_server, stop_server, wait_serving
 from conveyor_server.redis_process import RedisProcess, find_redis_server
 from conveyor_server.sample_data import make_image_folder
 
@@ -49,22 +49,16 @@ def rotate_pipeline(image_dir: str) -> Any:
 def start_server(label: str, port: int, redis_url: str, data_root: Path,
                  log_dir: Path) -> tuple[subprocess.Popen[str], str]:
     log_path = log_dir / f"server-{label}.log"
-    args = [sys.executable, "-m", "conveyor_server.main", "--host", "127.0.0.1",
-            "--port", str(port), "--redis-url", redis_url, "--data-root", str(data_root)]
+    args = ["--host", "127.0.0.1", "--port", str(port), "--redis-url", redis_url,
+            "--data-root", str(data_root)]
     with log_path.open("w") as log:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True,
-                                stdin=subprocess.DEVNULL)
-    line: list[str] = []
-    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()),  # type: ignore[union-attr]
-                              daemon=True)
-    reader.start()
-    reader.join(60)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        proc.wait()
-        last = [x for x in log_path.read_text().splitlines() if x.strip()][-1:] or ["no output"]
-        raise DemoError(f"server {label} did not start on port {port}: {last[0]}")
-    return proc, line[0].split()[3]
+        try:
+            proc, address = spawn_server(args, stderr=log)
+        except Unavailable:
+            lines = [x for x in log_path.read_text().splitlines() if x.strip()] or ["no output"]
+            raise DemoError(f"server {label} did not start on port {port}: {lines[-1]}") from None
+    wait_serving(address)
+    return proc, address
 
 
 def draw_grid(images: list[np.ndarray], labels: list[int], angles: list[float],
@@ -167,16 +161,8 @@ def cleanup(processes: list[Any]) -> None:
     for proc in reversed(processes):
         if isinstance(proc, RedisProcess):
             proc.cleanup()
-            continue
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        else:
+            stop_server(proc)
 
 
 def main(argv: list[str] | None = None) -> int:

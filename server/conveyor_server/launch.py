@@ -1,0 +1,72 @@
+"""Start ``conveyor-server`` as a subprocess and wait until it serves: for the demo, the
+tests and the benchmarks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import IO
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from conveyor.errors import Unavailable
+
+
+def spawn_server(
+    args: Sequence[str], *, stderr: IO[str] | int | None = None,
+    env: Mapping[str, str] | None = None, timeout: float = 60.0,
+) -> tuple[subprocess.Popen[str], str]:
+    """Run ``python -m conveyor_server.main ARGS`` (use ``--port 0`` for a free port) and
+    read the line it prints once listening. Returns the process and "127.0.0.1:PORT".
+    On failure the process is gone and ``Unavailable`` says what it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "conveyor_server.main", *args],
+                            stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            stdin=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not line or "listening on" not in line[0]:
+        proc.kill()
+        proc.wait()
+        stdout.close()
+        raise Unavailable(f"conveyor-server did not start within {timeout:.0f}s: "
+                          f"{(line[0].strip() if line else '') or 'no output'}")
+    address = "127.0.0.1:" + line[0].split()[3].rsplit(":", 1)[1]
+    return proc, address
+
+
+def wait_serving(address: str, timeout: float = 30.0) -> None:
+    """Wait for the standard health check to answer SERVING."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(f"conveyor-server at {address} not SERVING after {timeout}s")
+            time.sleep(0.02)
+
+
+def stop_server(proc: subprocess.Popen[str], timeout: float = 15.0) -> None:
+    """SIGTERM (the drain), then SIGKILL if it takes longer than ``timeout``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
