@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conveyor.errors import Unavailable
+from conveyor_server.redis_process import terminate
 
 
 def spawn_server(
@@ -61,12 +62,6 @@ def wait_serving(address: str, timeout: float = 30.0) -> None:
 
 def stop_server(proc: subprocess.Popen[str], timeout: float = 15.0) -> None:
     """SIGTERM (the drain), then SIGKILL if it takes longer than ``timeout``."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    terminate(proc, timeout)
     if proc.stdout is not None:
         proc.stdout.close()
