@@ -47,3 +47,20 @@ def test_a_batch_without_data_bytes_is_one_header_frame() -> None:
     assert len(frames) == 1
     got = BatchAssembler().feed(frames[0])
     assert got is not None and [s.shape for s in got[0]] == [(0,)] * 3
+
+
+def test_a_received_batch_stacks_without_a_copy() -> None:
+    rng = np.random.default_rng(3)
+    images = TensorList([rng.integers(0, 256, (4, 5, 3), dtype=np.uint8) for _ in range(6)])
+    labels = TensorList([np.array([i], dtype=np.int32) for i in range(6)])
+    assembler = BatchAssembler()
+    got = None
+    for frame in encode_frames(0, (images, labels), frame_bytes=100):
+        got = assembler.feed(frame)
+    assert got is not None
+    for sent, received in zip((images, labels), got, strict=True):
+        stacked = received.as_array()
+        assert np.array_equal(stacked, np.stack(list(sent)))
+        assert np.shares_memory(stacked, received[0]) and stacked.flags.writeable
+    # Samples that are separate arrays are stacked into a new one.
+    assert not np.shares_memory(images.as_array(), images[0])

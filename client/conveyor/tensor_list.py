@@ -49,15 +49,24 @@ class TensorList:
                              "as_array needs uniform shapes")
         if not self._samples:
             return np.empty((0,), dtype=self.dtype)
+        view = self._adjacent_view()
+        return view if view is not None else np.stack(self._samples)
+
+    def _adjacent_view(self) -> np.ndarray | None:
+        """The batch as one view, when the samples lie back to back in one buffer (as a
+        batch received over the network does); None otherwise."""
         first = self._samples[0]
         base = first.base
-        # Samples that are consecutive views of one buffer stack without a copy.
-        if (base is not None and isinstance(base, np.ndarray)
-                and all(s.base is base for s in self._samples)
-                and base.nbytes == first.nbytes * len(self._samples)
-                and first.__array_interface__["data"][0] == base.__array_interface__["data"][0]):
-            return base.view(self.dtype).reshape((len(self._samples), *first.shape))
-        return np.stack(self._samples)
+        if not isinstance(base, np.ndarray) or not base.flags.c_contiguous:
+            return None
+        start = first.__array_interface__["data"][0]
+        for i, sample in enumerate(self._samples):
+            if (sample.base is not base or not sample.flags.c_contiguous
+                    or sample.__array_interface__["data"][0] != start + i * first.nbytes):
+                return None
+        offset = start - base.__array_interface__["data"][0]
+        return np.ndarray((len(self._samples), *first.shape), dtype=self.dtype, buffer=base,
+                          offset=offset)
 
     as_tensor = as_array
 
