@@ -68,7 +68,7 @@ class Pipeline:
         base = 0
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
-            ckpt.verify_against(body, spec, engine_id(), digests)
+            ckpt.verify_against(body, spec, self._engine_id(), digests)
             states = {s.op: s for s in body.op_states}
             for stage in self._plan.stages:
                 if stage.op_index not in states:
@@ -217,6 +217,10 @@ class Pipeline:
 
     # -- state ---------------------------------------------------------------------------
 
+    def _engine_id(self) -> checkpoint_pb2.EngineId:
+        gpu = any(op.type == "decoders.image" and op.device != "cpu" for op in self.spec.ops)
+        return engine_id(gpu)
+
     def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
         """Every stage's state after ``batches`` batches, computed without replay."""
         if batches < self._base_batches:
@@ -240,7 +244,7 @@ class Pipeline:
             spec=self.spec,
             fingerprint=self.fingerprint,
             file_lists=[r.digest for r in self._plan.readers.values()],
-            engine=engine_id(),
+            engine=self._engine_id(),
             op_states=self.states_at(n),
             batches=n,
         )
