@@ -18,28 +18,30 @@ Encoded = tuple[int, list[bytes]]
 
 
 class BatchPump:
-    """At most ``ahead`` encoded batches wait for the sender: the pump takes a slot before
-    it asks the engine for a batch, and the sender frees it when it takes the batch. So a
-    stream holds its engine's prefetch, ``ahead`` waiting batches and the one being sent."""
-
     def __init__(self, engine: Pipeline, name: str, ahead: int = 1) -> None:
         self._engine = engine
-        self._queue: queue.SimpleQueue[Encoded | BaseException] = queue.SimpleQueue()
-        self._slots = threading.Semaphore(ahead)
+        self._queue: queue.Queue[Encoded | BaseException] = queue.Queue(maxsize=ahead)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pump-{name}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._slots.acquire(timeout=0.1):
-                continue
+            item: Encoded | BaseException
             try:
                 batch = self._engine.run()
                 index = self._engine.batches_returned - 1
-                self._queue.put((index, list(encode_frames(index, batch))))
+                item = (index, list(encode_frames(index, batch)))
+                del batch  # only the frames stay resident while they wait
             except BaseException as exc:  # handed to the stream, which raises it
-                self._queue.put(exc)
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
                 return
 
     def get(self, timeout: float) -> Encoded | None:
@@ -51,7 +53,6 @@ class BatchPump:
             return None
         if isinstance(item, BaseException):
             raise item
-        self._slots.release()
         return item
 
     def stop(self) -> None:
