@@ -16,7 +16,6 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,8 @@ from conveyor_server.plan import Plan, Ref, build_plan
 Batch = tuple[TensorList, ...]
 
 
-@dataclass
-class _Pending:
-    index: int
-    futures: list[Future[list[Any]]]
+#: The per-sample results of one batch being computed, in sample order.
+_Pending = list[Future[list[Any]]]
 
 
 class Pipeline:
@@ -133,7 +130,7 @@ class Pipeline:
             raise
         pending = self._inflight.popleft()
         try:
-            results = [f.result() for f in pending.futures]
+            results = [f.result() for f in pending]
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
@@ -156,13 +153,13 @@ class Pipeline:
         for i in range(self._batch_size):
             sources = {op: values[i] for op, values in per_stage}
             futures.append(self._pool.submit(self._sample, sources))
-        self._inflight.append(_Pending(self._produced, futures))
+        self._inflight.append(futures)
         self._produced += 1
 
     def wait_prefetched(self) -> None:
         """Block until the batches computed ahead are done (for tests and benchmarks)."""
         for pending in list(self._inflight):
-            for f in pending.futures:
+            for f in pending:
                 f.exception()
 
     def seek(self, batches: int) -> None:
@@ -170,7 +167,7 @@ class Pipeline:
         start), dropping prefetched work. O(1): the stages jump to the computed states."""
         states = self.states_at(batches)
         for pending in self._inflight:
-            for f in pending.futures:
+            for f in pending:
                 f.cancel()
         self._inflight.clear()
         for stage, state in zip(self._plan.stages, states, strict=True):
@@ -279,7 +276,7 @@ class Pipeline:
             return
         self._closed = True
         for pending in self._inflight:
-            for f in pending.futures:
+            for f in pending:
                 f.cancel()
         self._inflight.clear()
         self._pool.shutdown(wait=True, cancel_futures=True)

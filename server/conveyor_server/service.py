@@ -30,7 +30,7 @@ from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
 from conveyor_server.pipeline import Pipeline
 from conveyor_server.pump import BatchPump
-from conveyor_server.store import Store, StoredCheckpoint, check_name
+from conveyor_server.store import Owner, Store, StoredCheckpoint, check_name, checkpoint_id
 
 log = logging.getLogger("conveyor.server")
 T = TypeVar("T")
@@ -45,6 +45,14 @@ def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
     return service_pb2.CheckpointInfo(
         id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
         size_bytes=c.size, server=c.server, generation=c.generation)
+
+
+def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
+    """What Redis knows of a pipeline this server does not host."""
+    return service_pb2.PipelineInfo(
+        name=name, holder=owner.holder, generation=owner.generation,
+        fingerprint=owner.fingerprint,
+        latest_checkpoint=checkpoint_id(name, owner.latest) if owner.latest else "")
 
 
 class ConveyorService(service_pb2_grpc.ConveyorServicer):
@@ -153,10 +161,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             if hosted is not None and owner is not None and owner.instance == self.instance:
                 out.pipelines.append(hosted.info(self.address, include_spec=False))
             elif owner is not None:
-                out.pipelines.append(service_pb2.PipelineInfo(
-                    name=name, holder=owner.holder, generation=owner.generation,
-                    fingerprint=owner.fingerprint,
-                    latest_checkpoint=f"{name}:{owner.latest}" if owner.latest else ""))
+                out.pipelines.append(_held_elsewhere(name, owner))
         return out
 
     @unary
@@ -170,10 +175,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         owner = self.store.owner(name)
         if owner is None:
             raise NotFound(f"pipeline {name!r} does not exist")
-        return service_pb2.DescribePipelineResponse(pipeline=service_pb2.PipelineInfo(
-            name=name, holder=owner.holder, generation=owner.generation,
-            fingerprint=owner.fingerprint,
-            latest_checkpoint=f"{name}:{owner.latest}" if owner.latest else ""))
+        return service_pb2.DescribePipelineResponse(pipeline=_held_elsewhere(name, owner))
 
     @streaming
     def StreamBatches(self, request_iterator: Iterator[service_pb2.StreamBatchesRequest],
