@@ -85,7 +85,7 @@ def test_paths_outside_the_data_roots_are_permission_denied(
 def test_limits_are_resource_exhausted(start_server: Start, image_root: Path) -> None:
     with client(start_server("--max-pipelines", "1")) as c:
         c.create("one", rotate_pipeline(str(image_root / "imgs")))
-        with pytest.raises(errors.ResourceExhausted, match="max-pipelines 1"):
+        with pytest.raises(errors.ResourceExhausted, match="limits.max_pipelines = 1"):
             c.create("two", rotate_pipeline(str(image_root / "imgs")))
 
 

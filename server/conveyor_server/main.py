@@ -1,4 +1,8 @@
-"""``conveyor-server``: the command line of the server."""
+"""``conveyor-server``: the command line of the server.
+
+Settings come from ``--config FILE`` (YAML, see ``config.py``), ``CONVEYOR_*`` environment
+variables and the flags below, later ones winning.
+"""
 
 from __future__ import annotations
 
@@ -7,80 +11,155 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+from conveyor.client import Client
 from conveyor.errors import ConveyorError
+from conveyor_server import config as configuration
+from conveyor_server.limits import EngineLimits
+from conveyor_server.redis_connect import connect
 from conveyor_server.redis_process import RedisProcess
 from conveyor_server.server import Runtime, create_server
+from conveyor_server.startup import load_spec, start_pipelines
 from conveyor_server.store import Store
 
 log = logging.getLogger("conveyor.server")
+
+#: Flag destination -> configuration key it overrides.
+FLAG_KEYS = {
+    "listen": "listen", "advertise": "advertise", "redis_url": "redis.url",
+    "state_dir": "state_dir", "data_root": "data_roots",
+    "keep_checkpoints": "checkpoints.keep", "max_pipelines": "limits.max_pipelines",
+    "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s", "token": "auth.token",
+    "log_level": "log.level", "metrics_listen": "metrics.listen",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="conveyor-server",
-        description="Serve deterministic, checkpointable data pipelines over gRPC.")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=50051,
-                   help="port to listen on; 0 picks a free one and prints it (default 50051)")
-    p.add_argument("--advertise", default=None,
-                   help="host:port other servers and clients see for this one "
-                        "(default: hostname:port)")
-    p.add_argument("--redis-url", default=os.environ.get("CONVEYOR_REDIS_URL"),
-                   help="shared Redis, e.g. redis://10.0.0.2:6379/0 (env CONVEYOR_REDIS_URL); "
-                        "without it the server starts a private redis-server")
-    p.add_argument("--state-dir", default=os.environ.get("CONVEYOR_STATE_DIR", ".conveyor"),
-                   help="where the private Redis keeps its append-only file (default .conveyor)")
-    p.add_argument("--data-root", action="append", default=[], metavar="DIR",
+        description="Serve deterministic, checkpointable data pipelines over gRPC. Settings "
+                    "come from --config, then CONVEYOR_* environment variables (one per "
+                    "key, e.g. CONVEYOR_REDIS_URL), then these flags.")
+    p.add_argument("--config", default=os.environ.get("CONVEYOR_CONFIG"), metavar="FILE",
+                   help="YAML configuration file (env CONVEYOR_CONFIG)")
+    p.add_argument("--listen", help="host:port to listen on (default 0.0.0.0:50051)")
+    p.add_argument("--host", help="host to listen on (overrides the host of --listen)")
+    p.add_argument("--port", type=int,
+                   help="port to listen on; 0 picks a free one and prints it")
+    p.add_argument("--advertise", help="host:port other servers and clients see for this one "
+                                       "(default: hostname:port)")
+    p.add_argument("--redis-url", help="shared Redis, e.g. redis://10.0.0.2:6379/0; without "
+                                       "one the server starts a private redis-server")
+    p.add_argument("--state-dir", help="where the private Redis keeps its append-only file "
+                                       "(default .conveyor)")
+    p.add_argument("--data-root", action="append", metavar="DIR",
                    help="directory pipelines may read (repeatable); paths outside are refused")
-    p.add_argument("--keep-checkpoints", type=int, default=10,
-                   help="checkpoints kept per pipeline (default 10; the latest is always kept)")
-    p.add_argument("--max-pipelines", type=int, default=64, help="pipelines this server hosts")
-    p.add_argument("--redis-timeout", type=float, default=1.0,
-                   help="timeout of every Redis call in seconds (default 1)")
-    p.add_argument("--grace", type=float, default=10.0,
-                   help="seconds a SIGTERM drain waits for streams (default 10)")
-    p.add_argument("--token", default=os.environ.get("CONVEYOR_TOKEN"),
-                   help="require 'authorization: Bearer TOKEN' metadata (env CONVEYOR_TOKEN)")
-    p.add_argument("--log-level", default="INFO")
-    args = p.parse_args(argv)
-    if not args.data_root:
-        p.error("at least one --data-root is required")
-    if args.keep_checkpoints < 1:
-        p.error("--keep-checkpoints must be >= 1")
-    return args
+    p.add_argument("--keep-checkpoints", type=int, help="checkpoints kept per pipeline")
+    p.add_argument("--max-pipelines", type=int, help="pipelines this server hosts")
+    p.add_argument("--redis-timeout", type=float, help="timeout of every Redis call (s)")
+    p.add_argument("--grace", type=float, help="seconds a SIGTERM drain waits for streams")
+    p.add_argument("--token", help="require 'authorization: Bearer TOKEN' metadata")
+    p.add_argument("--log-level", type=str.lower)
+    p.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="serve Prometheus metrics over HTTP here (port 0: a free one)")
+    return p.parse_args(argv)
+
+
+def overrides_from(args: argparse.Namespace, file_listen: str | None) -> dict[str, Any]:
+    out = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
+           if getattr(args, dest) is not None}
+    if "data_roots" in out:
+        out["data_roots"] = tuple(out["data_roots"])
+    if args.host is not None or args.port is not None:
+        host, _, port = (out.get("listen") or file_listen or "0.0.0.0:50051").rpartition(":")
+        out["listen"] = f"{args.host if args.host is not None else host}:" \
+                        f"{args.port if args.port is not None else port}"
+    return out
+
+
+def load_config(argv: list[str] | None = None) -> configuration.ServerConfig:
+    args = parse_args(argv)
+    base = configuration.load(args.config, os.environ)
+    cfg = configuration.load(args.config, os.environ, overrides_from(args, base.listen))
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: configuration.ServerConfig) -> None:
+    """What the types alone do not say: refused here, with the key's path."""
+    err = configuration.ConfigError
+    if not cfg.data_roots:
+        raise err("data_roots: at least one directory is required (--data-root DIR)")
+    for i, root in enumerate(cfg.data_roots):
+        if not Path(root).is_dir():
+            raise err(f"data_roots[{i}]: {root!r} is not a directory")
+    for key in ("listen", "metrics.listen", "advertise"):
+        value = cfg.listen if key == "listen" else (
+            cfg.metrics.listen if key == "metrics.listen" else cfg.advertise)
+        if value is None:
+            continue
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or not host or int(port) > 65535:
+            raise err(f"{key}: {value!r} is not host:port")
+    if cfg.auth.token and cfg.auth.token_file:
+        raise err("auth: give token or token_file, not both")
+
+
+def read_token(cfg: configuration.ServerConfig) -> str | None:
+    if cfg.auth.token_file is None:
+        return cfg.auth.token
+    try:
+        token = Path(cfg.auth.token_file).read_text().strip()
+    except OSError as exc:
+        raise configuration.ConfigError(f"auth.token_file: cannot read {cfg.auth.token_file!r}:"
+                                        f" {exc.strerror or exc}") from None
+    if not token:
+        raise configuration.ConfigError(f"auth.token_file: {cfg.auth.token_file!r} is empty")
+    return token
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     embedded: RedisProcess | None = None
     try:
-        url = args.redis_url
-        if not url:
-            embedded = RedisProcess(Path(args.state_dir) / "redis", appendonly=True).start()
+        cfg = load_config(argv)
+        logging.basicConfig(level=cfg.log.level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
+        token = read_token(cfg)
+        url = cfg.redis.url
+        if not url and cfg.redis.mode == "standalone":
+            embedded = RedisProcess(Path(cfg.state_dir) / "redis", appendonly=True).start()
             url = embedded.url
-            log.info("no --redis-url given: started a private redis-server at %s with "
+            log.info("no redis.url given: started a private redis-server at %s with "
                      "append-only persistence in %s (point several servers at one shared "
                      "Redis for multi-node restore)", url, embedded.directory)
-        store = Store(url, timeout=args.redis_timeout)
+        store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s)
         store.ping()
-        for root in args.data_root:
-            if not Path(root).is_dir():
-                raise ConveyorError(f"--data-root {root!r} is not a directory")
+        limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
+                              max_image_pixels=cfg.limits.max_image_pixels)
         server, port, service, health_servicer = create_server(
-            f"{args.host}:{args.port}", store, args.data_root, advertise=args.advertise,
-            keep_checkpoints=args.keep_checkpoints, max_pipelines=args.max_pipelines,
-            token=args.token, drain_wait=args.grace / 2)
+            cfg.listen, store, cfg.data_roots, advertise=cfg.advertise,
+            keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
+            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits)
         runtime = Runtime(server, service, health_servicer)
-        runtime.start()
-        runtime.install_signal_handlers(args.grace)
+        runtime.start(serving=not cfg.pipelines)
+        runtime.install_signal_handlers(cfg.drain.grace_s)
+        host = cfg.listen.rpartition(":")[0]
         # One line on stdout that tools can parse; everything else goes to the log.
-        print(f"conveyor-server listening on {args.host}:{port} as {service.address} "
+        print(f"conveyor-server listening on {host}:{port} as {service.address} "
               f"(redis {store.address})", flush=True)
+        if cfg.pipelines:
+            local = "127.0.0.1" if host in ("0.0.0.0", "", "[::]", "::") else host
+            try:
+                with Client(f"{local}:{port}", token=token, timeout=60) as client:
+                    start_pipelines(client, cfg.pipelines, specs)
+            except BaseException:
+                runtime.stop()
+                raise
+            runtime.set_serving()
         server.wait_for_termination()
-        runtime.stopped.wait(args.grace + 2)
+        runtime.stopped.wait(cfg.drain.grace_s + 2)
         return 0
     except ConveyorError as exc:
         print(f"conveyor-server: {exc.message}", file=sys.stderr)

@@ -35,6 +35,7 @@ from conveyor.tensor_list import TensorList
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server import checkpoint as ckpt
 from conveyor_server.engine_id import engine_id
+from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.plan import Plan, Ref, build_plan
 
 Batch = tuple[TensorList, ...]
@@ -51,6 +52,7 @@ class Pipeline:
         checkpoint: bytes | None = None,
         *,
         data_roots: Sequence[str | Path] | None = None,
+        limits: EngineLimits = NO_LIMITS,
     ) -> None:
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
@@ -60,7 +62,8 @@ class Pipeline:
         roots = [Path(r) for r in data_roots] if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
-        self._plan: Plan = build_plan(spec, roots)
+        self._plan: Plan = build_plan(spec, roots, limits)
+        self._limits = limits
         self._batch_size = spec.batch_size
         base = 0
         if body is not None:
@@ -136,11 +139,16 @@ class Pipeline:
         except BaseException:
             self._rewind()
             raise
-        self._returned += 1
         outputs = []
         for o, ref in enumerate(self._plan.outputs):
             samples = [r[o] for r in results]
             outputs.append(TensorList(samples, self._plan.layouts.get(ref, "")))
+        try:
+            self._limits.check_batch(outputs, self._returned)
+        except BaseException:
+            self._rewind()
+            raise
+        self._returned += 1
         return tuple(outputs)
 
     def __iter__(self) -> Iterator[Batch]:

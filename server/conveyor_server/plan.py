@@ -16,6 +16,7 @@ from conveyor.errors import SpecError
 from conveyor.spec import validate_spec
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server import file_list
+from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.ops.registry import OpContext, SampleFn, builder_for
 from conveyor_server.stages import SourceStage
 from conveyor_server.stages.file_reader import FileReaderStage
@@ -73,7 +74,8 @@ def _seed(args: dict[str, object], pipeline_seed: int) -> int:
     return pipeline_seed if not isinstance(seed, int) or seed < 0 else seed
 
 
-def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None) -> Plan:
+def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
+               limits: EngineLimits = NO_LIMITS) -> Plan:
     validate_spec(spec)
     plan = Plan(spec, [], {}, {}, [], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
@@ -106,6 +108,7 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
+                limits=limits,
             )
             built = builder_for(op.type)(ctx)
             plan.steps.append(SampleStep(

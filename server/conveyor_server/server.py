@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from conveyor.errors import ConveyorError
 from conveyor.v1 import service_pb2
+from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service import ConveyorService
 from conveyor_server.store import Store
 
@@ -33,7 +34,7 @@ MAX_MESSAGE_BYTES = 64 << 20
 def create_server(
     address: str, store: Store, data_roots: Sequence[str | Path], *, advertise: str | None = None,
     keep_checkpoints: int = 10, max_pipelines: int = 64, token: str | None = None,
-    max_workers: int = 64, drain_wait: float = 5.0,
+    max_workers: int = 64, drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="conveyor-rpc"),
@@ -52,7 +53,7 @@ def create_server(
         host = socket.gethostname()
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               keep_checkpoints=keep_checkpoints, max_pipelines=max_pipelines,
-                              token=token, drain_wait=drain_wait)
+                              token=token, drain_wait=drain_wait, limits=limits)
     server.add_generic_rpc_handlers((conveyor_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -101,9 +102,17 @@ class Runtime:
         self.stopped = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="fencing-watcher", daemon=True)
 
-    def start(self) -> None:
+    def start(self, *, serving: bool = True) -> None:
+        """Start answering; health says SERVING at once, or once ``set_serving()`` is
+        called (after the pipelines of the configuration are built)."""
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
         self._watcher.start()
+        if serving:
+            self.set_serving()
+
+    def set_serving(self) -> None:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 

@@ -28,6 +28,7 @@ from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor_server import checkpoint as ckpt
 from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
+from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.pipeline import Pipeline
 from conveyor_server.pump import BatchPump
 from conveyor_server.store import Owner, Store, StoredCheckpoint, check_name, checkpoint_id
@@ -58,8 +59,10 @@ def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
 class ConveyorService(service_pb2_grpc.ConveyorServicer):
     def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
                  keep_checkpoints: int = 10, max_pipelines: int = 64,
-                 token: str | None = None, drain_wait: float = 5.0) -> None:
+                 token: str | None = None, drain_wait: float = 5.0,
+                 limits: EngineLimits = NO_LIMITS) -> None:
         self.store = store
+        self.limits = limits
         self.address = address
         self.instance = uuid.uuid4().hex
         self.data_roots = [Path(r) for r in data_roots]
@@ -101,11 +104,11 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         with self._lock:
             if name not in self._pipelines and len(self._pipelines) >= self.max_pipelines:
                 raise ResourceExhausted(f"this server hosts {len(self._pipelines)} pipelines, "
-                                        f"its limit (--max-pipelines {self.max_pipelines})")
+                                        f"its limit (limits.max_pipelines = {self.max_pipelines})")
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:
-        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots)
+        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits)
 
     def fence(self, name: str, holder: str) -> None:
         with self._lock:

@@ -11,6 +11,10 @@ slot and the Lua scripts below stay atomic:
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation
     conveyor:pipelines         set of claimed names (for listing)
 
+The name set is updated by the same script as the owner, except on a Redis Cluster, where
+it lives in another slot and is updated by a second command just after (listing then
+checks each name's owner, so a name is never listed after its owner key is gone).
+
 Every call has a timeout and no retries; Redis errors become ``Unavailable`` naming the
 address without credentials.
 """
@@ -23,11 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.exceptions import RedisClusterException
 
 from conveyor.errors import (
     AlreadyExists,
@@ -37,6 +39,8 @@ from conveyor.errors import (
     NotFound,
     Unavailable,
 )
+from conveyor_server.config import RedisConfig
+from conveyor_server.redis_connect import Connection, connect
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
@@ -48,14 +52,6 @@ def check_name(name: str) -> str:
                               "A-Z a-z 0-9 . _ - starting with a letter or digit")
     return name
 
-
-def safe_address(url: str) -> str:
-    """The Redis address of ``url`` without user name or password."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix://{parts.path}"
-    host = parts.hostname or "localhost"
-    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path or ''}"
 
 
 def checkpoint_id(name: str, seq: int) -> str:
@@ -95,7 +91,7 @@ class StoredCheckpoint:
     blob: bytes | None = None
 
 
-# KEYS: owner, gen, set   ARGV: name, holder, instance, fingerprint, keep
+# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('HGET', KEYS[1], 'holder')}
@@ -103,18 +99,18 @@ end
 local gen = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
            'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0)
-redis.call('SADD', KEYS[3], ARGV[1])
+if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
 return {1, gen}
 """
 
-# KEYS: owner, gen, set   ARGV: name, holder, instance, fingerprint, keep
+# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
 _TAKE_OVER = """
 local previous = redis.call('HGET', KEYS[1], 'holder') or ''
 local latest = redis.call('HGET', KEYS[1], 'latest') or 0
 local gen = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
            'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', latest)
-redis.call('SADD', KEYS[3], ARGV[1])
+if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
 return {gen, previous}
 """
 
@@ -142,32 +138,34 @@ end
 return {1, seq}
 """
 
-# KEYS: owner, ckpts, set, seq   ARGV: name, instance, keep_checkpoints, prefix
+# KEYS: owner, ckpts, seq, [set]   ARGV: name, instance, keep_checkpoints, prefix
 _RELEASE = """
 if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then
   return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
 end
 redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[3], ARGV[1])
+if KEYS[4] then redis.call('SREM', KEYS[4], ARGV[1]) end
 if ARGV[3] == '0' then
   for _, s in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
     redis.call('DEL', ARGV[4] .. s)
   end
-  redis.call('DEL', KEYS[2], KEYS[4])
+  redis.call('DEL', KEYS[2], KEYS[3])
 end
 return {1, ''}
 """
 
 
 class Store:
-    def __init__(self, url: str, *, timeout: float = 1.0) -> None:
-        self.url = url
-        self.address = safe_address(url)
+    def __init__(self, where: str | Connection, *, timeout: float = 1.0) -> None:
+        """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
+        ``redis_connect.connect`` (Sentinel, Cluster, TLS files)."""
+        if isinstance(where, str):
+            where = connect(RedisConfig(url=where, timeout_s=timeout))
+        self.address = where.address
+        self.cluster = where.cluster
         self.timeout = timeout
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
-        self._redis: Any = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        self._redis: Any = where.client
         self._create = self._redis.register_script(_CREATE)
         self._take_over = self._redis.register_script(_TAKE_OVER)
         self._write = self._redis.register_script(_WRITE)
@@ -176,7 +174,8 @@ class Store:
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException,
+                OSError) as exc:
             raise Unavailable(f"Redis at {self.address} is unreachable ({what}): "
                               f"{type(exc).__name__}") from None
         except redis.ResponseError as exc:
@@ -191,31 +190,43 @@ class Store:
     # -- names ---------------------------------------------------------------------
 
     def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int) -> int:
-        keys = [_k(name, "owner"), _k(name, "gen"), PIPELINES_KEY]
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
         ok, value = self._call("create", lambda: self._create(
             keys=keys, args=[name, holder, instance, fingerprint, keep]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
                                 f"{value.decode()}")
+        self._update_set("sadd", name)
         return int(value)
 
     def take_over(self, name: str, holder: str, instance: str, fingerprint: str,
                   keep: int) -> tuple[int, str]:
         """Claim ``name`` for this server, raising its generation. Returns (generation,
         previous holder or "")."""
-        keys = [_k(name, "owner"), _k(name, "gen"), PIPELINES_KEY]
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
         gen, previous = self._call("restore", lambda: self._take_over(
             keys=keys, args=[name, holder, instance, fingerprint, keep]))
+        self._update_set("sadd", name)
         return int(gen), previous.decode()
 
     def release(self, name: str, instance: str, keep_checkpoints: bool) -> None:
-        keys = [_k(name, "owner"), _k(name, "ckpts"), PIPELINES_KEY, _k(name, "seq")]
+        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "seq")])
         ok, holder = self._call("delete", lambda: self._release(
             keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:")]))
         if not ok:
             if not holder:
                 raise NotFound(f"pipeline {name!r} does not exist")
             raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}")
+        self._update_set("srem", name)
+
+    def _with_set(self, keys: list[str]) -> list[str]:
+        """The scripts' keys, plus the name set where it shares their slot."""
+        return keys if self.cluster else [*keys, PIPELINES_KEY]
+
+    def _update_set(self, command: str, name: str) -> None:
+        if self.cluster:
+            self._call("update the name set",
+                       lambda: getattr(self._redis, command)(PIPELINES_KEY, name))
 
     def owner(self, name: str) -> Owner | None:
         raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
@@ -232,7 +243,12 @@ class Store:
 
     def names(self) -> list[str]:
         raw = self._call("list", lambda: self._redis.smembers(PIPELINES_KEY))
-        return sorted(n.decode() for n in raw)
+        names = sorted(n.decode() for n in raw)
+        if self.cluster and names:
+            # The set is updated apart from the owner keys here: trust the owners.
+            owners = self.owners(names)
+            names = [n for n in names if owners[n] is not None]
+        return names
 
     # -- checkpoints ---------------------------------------------------------------
 

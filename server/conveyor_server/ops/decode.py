@@ -10,14 +10,17 @@ Errors about the data raise ``DataFileError``; the engine adds the file's path.
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
+import simplejpeg
 
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
 from conveyor_server.devices import cuda_device_count
+from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.ops.registry import BuiltOp, OpContext, SampleFn, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
@@ -109,8 +112,25 @@ def _to_uint8_hwc(image: np.ndarray) -> np.ndarray:
     return image
 
 
-def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
-    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1."""
+def header_size(data: np.ndarray, fmt: str) -> tuple[int, int] | None:
+    """(height, width) read from a JPEG's or PNG's header without decoding, else None."""
+    try:
+        if fmt == "JPEG":
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            return int(height), int(width)
+        if fmt == "PNG" and data.size >= 24:
+            width, height = struct.unpack(">II", data[16:24].tobytes())
+            return height, width
+    except ValueError:
+        return None  # the decoder will say what is wrong with it
+    return None
+
+
+def decode_image(data: np.ndarray, output_type: str,
+                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
+    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
+    An image above ``limits.max_image_pixels`` is refused before it is decoded where its
+    header tells its size (JPEG, PNG), after decoding otherwise."""
     if data.dtype != np.uint8 or data.ndim != 1:
         raise InvalidArgument(f"{OP}: expects a file's bytes as a 1-D uint8 array, got "
                               f"{data.dtype} of shape {data.shape}")
@@ -119,6 +139,10 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
     fmt = sniff_format(data)
     if fmt == "JPEG":
         check_jpeg_complete(data)
+    if limits.max_image_pixels is not None:
+        size = header_size(data, fmt)
+        if size is not None:
+            limits.check_image(*size, f"the {fmt} image")
     flags = _FLAGS[output_type]
     if fmt == "JPEG" and output_type == "RGB":
         # JPEG samples are 8-bit: OpenCV converts to RGB while decoding, which saves a pass.
@@ -136,6 +160,7 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
         what = "format not recognised" if fmt == "unknown" else f"corrupt or unsupported {fmt}"
         raise DataFileError(f"cannot decode the image ({data.size} bytes): {what}")
     image = _to_uint8_hwc(image)
+    limits.check_image(image.shape[0], image.shape[1], f"the decoded {fmt} image")
     if output_type == "RGB" and flags != cv2.IMREAD_COLOR_RGB:
         image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     return image
@@ -144,11 +169,12 @@ def decode_image(data: np.ndarray, output_type: str) -> np.ndarray:
 @register("decoders.image")
 def build_decode(ctx: OpContext) -> BuiltOp:
     output_type = ctx.args["output_type"]
+    limits = ctx.limits
     if ctx.device != "cpu":
-        return BuiltOp(fn=_gpu_decoder(ctx.device, output_type), layouts=("HWC",))
+        return BuiltOp(fn=_gpu_decoder(ctx.device, output_type, limits), layouts=("HWC",))
 
     def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        return (decode_image(inputs[0], output_type),)
+        return (decode_image(inputs[0], output_type, limits),)
 
     return BuiltOp(fn=decode, layouts=("HWC",))
 
@@ -157,7 +183,7 @@ def build_decode(ctx: OpContext) -> BuiltOp:
 # Not exercised by the tests: it needs a CUDA machine with nvImageCodec installed.
 
 
-def _gpu_decoder(device: str, output_type: str) -> SampleFn:
+def _gpu_decoder(device: str, output_type: str, limits: EngineLimits) -> SampleFn:
     """A decode function on nvImageCodec, or ``DeviceUnavailable`` why there is none."""
     if cuda_device_count() == 0:
         raise DeviceUnavailable(f"{OP}: device={device!r} needs a CUDA device, and this "
@@ -176,6 +202,9 @@ def _gpu_decoder(device: str, output_type: str) -> SampleFn:
         decoder = getattr(local, "decoder", None)
         if decoder is None:
             decoder = local.decoder = nvimgcodec.Decoder()
+        size = header_size(inputs[0], sniff_format(inputs[0]))
+        if size is not None:
+            limits.check_image(*size, "the image")
         image = decoder.decode(inputs[0].tobytes(), params=params)
         if image is None:
             raise DataFileError(f"cannot decode the image ({inputs[0].size} bytes): "

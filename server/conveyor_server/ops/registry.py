@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor_server.limits import NO_LIMITS, EngineLimits
+
 SampleFn = Callable[[Sequence[np.ndarray], Mapping[str, np.ndarray]], tuple[np.ndarray, ...]]
 
 
@@ -37,6 +39,8 @@ class OpContext:
     device: str
     #: Layouts of the positional inputs ("HWC", "" when unknown).
     input_layouts: tuple[str, ...] = ()
+    #: The server's limits (decoders check image sizes against them).
+    limits: EngineLimits = NO_LIMITS
 
 
 @dataclass(frozen=True)
