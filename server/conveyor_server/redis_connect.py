@@ -85,7 +85,7 @@ def connect(cfg: RedisConfig, url: str | None = None) -> Connection:
         # The cluster client retries on its own when slots move; keep its timeouts.
         cluster: Any = RedisCluster.from_url(
             url, socket_timeout=cfg.timeout_s, socket_connect_timeout=cfg.timeout_s,
-            cluster_error_retry_attempts=1, **tls)
+            retry=Retry(NoBackoff(), 1), **tls)
         return Connection(cluster, f"cluster {safe_address(url)}", cluster=True)
     client = redis.Redis.from_url(url, health_check_interval=0, **common, **tls)
     return Connection(client, safe_address(url), cluster=False)
