@@ -1,0 +1,202 @@
+"""The server's configuration: file, environment and flags; refusals that name the key;
+limits; pipelines created at start-up before health says SERVING."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from google.protobuf import json_format, text_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import conveyor
+from conveyor import errors
+from conveyor_server import Pipeline
+from conveyor_server import config as configuration
+from conveyor_server.demo import rotate_pipeline
+from conveyor_server.limits import EngineLimits
+from conveyor_server.main import load_config
+from conveyor_server.redis_process import RedisProcess
+from tests.resume import batch_bytes, run_batches
+from tests.servers import ServerProcess
+
+
+def write(path: Path, doc: object) -> Path:
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    cfg_path = write(tmp_path / "s.yaml", {
+        "listen": "127.0.0.1:7000", "data_roots": [str(tmp_path)],
+        "redis": {"url": "redis://file:6379/0", "timeout_s": 2},
+        "limits": {"max_pipelines": 3, "max_batch_bytes": 100}})
+    env = {"CONVEYOR_LIMITS_MAX_PIPELINES": "5", "CONVEYOR_REDIS_URL": "redis://env:6379/1",
+           "CONVEYOR_REDIS_PORT": "tcp://10.0.0.1:6379",  # set by Kubernetes: not a key
+           "CONVEYOR_TOKEN": "s3cret"}
+    cfg = configuration.load(cfg_path, env, {"limits.max_pipelines": 7})
+    assert cfg.listen == "127.0.0.1:7000" and cfg.redis.timeout_s == 2.0
+    assert cfg.redis.url == "redis://env:6379/1"
+    assert cfg.limits.max_pipelines == 7 and cfg.limits.max_batch_bytes == 100
+    assert cfg.auth.token == "s3cret" and cfg.data_roots == (str(tmp_path),)
+    assert configuration.load(None, {}).limits == configuration.LimitsConfig()
+
+
+def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
+    leaves = configuration.leaf_paths()
+    assert {"redis.tls.ca_file", "limits.max_image_pixels", "metrics.listen"} <= set(leaves)
+    env = {configuration.env_name("redis.sentinels"): "a:1, b:2",
+           configuration.env_name("redis.mode"): "Sentinel",
+           configuration.env_name("advertise"): "",
+           configuration.env_name("drain.grace_s"): "2.5"}
+    cfg = configuration.load(None, env)
+    assert cfg.redis.sentinels == ("a:1", "b:2") and cfg.redis.mode == "sentinel"
+    assert cfg.advertise is None and cfg.drain.grace_s == 2.5
+
+
+@pytest.mark.parametrize(("doc", "env", "message"), [
+    ({"redis": {"urll": "x"}}, {}, r"redis\.urll: unknown key in .*s\.yaml"),
+    ({"listn": "x"}, {}, r"^listn: unknown key"),
+    ({"limits": {"max_pipelines": "many"}}, {},
+     r"limits\.max_pipelines: expected an integer, got 'many' \(from .*s\.yaml\)"),
+    ({}, {"CONVEYOR_LIMITS_MAX_PIPELINES": "0"},
+     r"limits\.max_pipelines: must be at least 1, got '0' \(from environment variable "
+     r"CONVEYOR_LIMITS_MAX_PIPELINES\)"),
+    ({"redis": {"mode": "clustr"}}, {}, r"redis\.mode: expected one of standalone, sentinel"),
+    ({"data_roots": "/data"}, {}, r"data_roots: expected a list of strings"),
+    ({"redis": "redis://x"}, {}, r"redis: expected a mapping"),
+    ({"pipelines": [{"name": "a"}]}, {}, r"pipelines\[0\]: give exactly one of spec_file"),
+    ({"pipelines": [{"name": "a", "spec": {}}, {"name": "a", "spec": {}}]}, {},
+     r"pipelines\[1\]\.name: 'a' appears twice"),
+    ({"pipelines": [{"spec": {}}]}, {}, r"pipelines\[0\]\.name: required"),
+    ({"log": {"format": "xml"}}, {}, r"log\.format: expected one of json, text"),
+])
+def test_bad_configuration_names_the_key(tmp_path: Path, doc: dict[str, object],
+                                         env: dict[str, str], message: str) -> None:
+    with pytest.raises(configuration.ConfigError, match=message):
+        configuration.load(write(tmp_path / "s.yaml", doc), env)
+
+
+def test_bad_yaml_says_where(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("listen: [\n")
+    with pytest.raises(configuration.ConfigError, match=r"not valid YAML at line 2"):
+        configuration.load(path)
+
+
+def test_checks_beyond_types(tmp_path: Path) -> None:
+    with pytest.raises(configuration.ConfigError, match=r"data_roots\[0\]: '/nope' is not a"):
+        load_config(["--data-root", "/nope"])
+    with pytest.raises(configuration.ConfigError, match=r"metrics\.listen: '9464' is not"):
+        load_config(["--data-root", str(tmp_path), "--metrics-listen", "9464"])
+    cfg = load_config(["--data-root", str(tmp_path), "--port", "0", "--host", "127.0.0.1"])
+    assert cfg.listen == "127.0.0.1:0"
+
+
+def test_server_refuses_a_bad_file_at_start(tmp_path: Path) -> None:
+    path = write(tmp_path / "s.yaml", {"data_roots": [str(tmp_path)],
+                                       "limits": {"max_batch_bytes": -1}})
+    proc = subprocess.run([sys.executable, "-m", "conveyor_server.main", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "limits.max_batch_bytes: must be at least 1, got -1" in proc.stderr
+
+
+# -- limits ------------------------------------------------------------------------------
+
+
+def test_batch_bytes_limit_refuses_and_loses_nothing(image_root: Path) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    with Pipeline(spec) as free:
+        expected = run_batches(free, 2)
+    with Pipeline(spec, limits=EngineLimits(max_batch_bytes=1000)) as limited:
+        with pytest.raises(errors.ResourceExhausted,
+                           match=r"batch 0 is [\d,]+ bytes, above .*max_batch_bytes = 1,000"):
+            limited.run()
+        assert limited.batches_returned == 0
+        blob = limited.checkpoint()
+    with Pipeline(spec, checkpoint=blob) as resumed:
+        assert batch_bytes(resumed.run()) == batch_bytes(expected[0])
+
+
+def test_image_pixels_limit_names_the_file(image_root: Path) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    with Pipeline(spec, limits=EngineLimits(max_image_pixels=1000)) as limited, \
+            pytest.raises(errors.ResourceExhausted,
+                          match=r"decoders\.image \(op 1\) on '.*\.jpg': the JPEG image is "
+                                r"\d+x\d+ = [\d,]+ pixels, above .*max_image_pixels = 1,000"):
+        limited.run()
+    with Pipeline(spec, limits=EngineLimits(max_image_pixels=100_000)) as roomy:
+        roomy.run()
+
+
+def test_limits_over_the_service(redis_proc: RedisProcess, image_root: Path,
+                                 tmp_path: Path) -> None:
+    path = write(tmp_path / "s.yaml", {"limits": {"max_batch_bytes": 1000}})
+    server = ServerProcess(redis_proc.url, [image_root], tmp_path, "--config", str(path)).start()
+    try:
+        with conveyor.Client(server.address, timeout=20) as c:
+            pipe = c.create("big", rotate_pipeline(str(image_root / "imgs")))
+            with pytest.raises(errors.ResourceExhausted, match="limits.max_batch_bytes"):
+                pipe.run()
+            assert c.checkpoint("big").batches == 0
+    finally:
+        server.stop()
+
+
+# -- pipelines from the configuration ----------------------------------------------------
+
+
+def health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="conveyor.v1.Conveyor"), timeout=5)
+        return int(reply.status)
+
+
+def test_pipelines_from_the_configuration(redis_proc: RedisProcess, image_root: Path,
+                                          tmp_path: Path) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    (tmp_path / "b.txtpb").write_text(text_format.MessageToString(spec))
+    path = write(tmp_path / "s.yaml", {"pipelines": [
+        {"name": "a", "spec": json_format.MessageToDict(spec)},
+        {"name": "b", "spec_file": "b.txtpb", "if_exists": "restore"},
+    ]})
+    first = ServerProcess(redis_proc.url, [image_root], tmp_path, "--config", str(path)).start()
+    try:
+        assert health(first.address) == health_pb2.HealthCheckResponse.SERVING
+        with conveyor.Client(first.address, timeout=20) as c:
+            assert sorted(p.name for p in c.pipelines()) == ["a", "b"]
+            b = c.attach("b")
+            b.run()
+            ckpt = b.checkpoint()
+            expected = b.run()
+    finally:
+        first.kill()  # a crash: the names stay claimed by the dead server
+        first.stop()
+    second = ServerProcess(redis_proc.url, [image_root], tmp_path, "--config", str(path)).start()
+    try:
+        with conveyor.Client(second.address, timeout=20) as c:
+            # "a" (if_exists: skip) is left to the dead holder; "b" was taken over.
+            assert c.pipeline("a").holder == first.address
+            assert c.pipeline("b").holder == second.address
+            resumed = c.attach("b")
+            assert resumed.consumed == ckpt.batches
+            assert batch_bytes(resumed.run()) == batch_bytes(expected)
+    finally:
+        second.stop()
+
+
+def test_a_bad_spec_file_is_refused_before_listening(image_root: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text('{"batch_size": "eight"}')
+    path = write(tmp_path / "s.yaml", {"data_roots": [str(image_root)], "pipelines": [
+        {"name": "bad", "spec_file": "bad.json"}]})
+    proc = subprocess.run([sys.executable, "-m", "conveyor_server.main", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "pipelines[0].spec_file" in proc.stderr and "bad.json" in proc.stderr
+    assert "listening" not in proc.stdout
