@@ -327,3 +327,17 @@ def test_the_resume_harness_catches_an_unkeyed_random_draw(
 
     with pytest.raises(AssertionError, match="differs"):
         assert_resume_exact(leaky(str(data)), 2, 3)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_batch_reports_its_first_bad_sample_whatever_the_threads(tmp_path: Path,
+                                                                   threads: int) -> None:
+    root = make_image_folder(tmp_path / "imgs", counts=(8,))
+    spec = rotate_pipeline(str(root), batch_size=8)
+    spec.num_threads = threads
+    # Without shuffling, sample i of batch 0 is img_00i: break samples 2 and 6.
+    for i in (2, 6):
+        (root / "class_0" / f"img_{i:03d}.jpg").write_bytes(b"\xff\xd8\xff broken")
+    for _ in range(3):
+        with Pipeline(spec) as pipe, pytest.raises(DataFileError, match="img_002.jpg"):
+            pipe.run()

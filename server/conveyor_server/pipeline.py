@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from conveyor.errors import (
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server import checkpoint as ckpt
+from conveyor_server.batch_work import BatchWork
 from conveyor_server.engine_id import engine_id
 from conveyor_server.limits import NO_LIMITS, EngineLimits
 from conveyor_server.plan import Plan, Ref, build_plan
@@ -41,8 +42,6 @@ from conveyor_server.plan import Plan, Ref, build_plan
 Batch = tuple[TensorList, ...]
 
 
-#: The per-sample results of one batch being computed, in sample order.
-_Pending = list[Future[list[Any]]]
 
 
 class Pipeline:
@@ -82,10 +81,10 @@ class Pipeline:
         self._base_states = [stage.get_state() for stage in self._plan.stages]
         self._returned = base
         self._produced = base
-        self._inflight: deque[_Pending] = deque()
+        self._inflight: deque[BatchWork] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
-        self._pool = ThreadPoolExecutor(max(1, spec.num_threads),
-                                        thread_name_prefix="conveyor-worker")
+        self._threads = max(1, spec.num_threads)
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-worker")
         self._lock = threading.Lock()
         self._files_read = 0
         self._closed = False
@@ -133,7 +132,7 @@ class Pipeline:
             raise
         pending = self._inflight.popleft()
         try:
-            results = [f.result() for f in pending]
+            results = pending.results()
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
@@ -157,26 +156,23 @@ class Pipeline:
 
     def _submit(self) -> None:
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
-        futures = []
-        for i in range(self._batch_size):
-            sources = {op: values[i] for op, values in per_stage}
-            futures.append(self._pool.submit(self._sample, sources))
-        self._inflight.append(futures)
+        work = BatchWork([{op: values[i] for op, values in per_stage}
+                          for i in range(self._batch_size)], self._sample)
+        work.start(self._pool, self._threads)
+        self._inflight.append(work)
         self._produced += 1
 
     def wait_prefetched(self) -> None:
         """Block until the batches computed ahead are done (for tests and benchmarks)."""
         for pending in list(self._inflight):
-            for f in pending:
-                f.exception()
+            pending.wait()
 
     def seek(self, batches: int) -> None:
         """Continue from the position after ``batches`` batches (at or after this pipeline's
         start), dropping prefetched work. O(1): the stages jump to the computed states."""
         states = self.states_at(batches)
         for pending in self._inflight:
-            for f in pending:
-                f.cancel()
+            pending.cancel()
         self._inflight.clear()
         for stage, state in zip(self._plan.stages, states, strict=True):
             stage.reset(state)
@@ -284,8 +280,7 @@ class Pipeline:
             return
         self._closed = True
         for pending in self._inflight:
-            for f in pending:
-                f.cancel()
+            pending.cancel()
         self._inflight.clear()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
