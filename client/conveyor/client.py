@@ -164,10 +164,21 @@ class RemotePipeline:
 
     def _open(self) -> None:
         requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        requests.put(service_pb2.StreamBatchesRequest(name=self.name, consumed=self._consumed))
+        first = service_pb2.StreamBatchesRequest(name=self.name, consumed=self._consumed)
 
         def outgoing() -> Iterator[service_pb2.StreamBatchesRequest]:
+            yield first
             while (item := requests.get()) is not _END:
+                # Acknowledgements are cumulative: of those waiting, send the newest only.
+                while True:
+                    try:
+                        newer = requests.get_nowait()
+                    except queue.Empty:
+                        break
+                    if newer is _END:
+                        yield item
+                        return
+                    item = newer
                 yield item
 
         self._requests = requests
