@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from conveyor.errors import ConveyorError
+from conveyor_server.logs import FORMATS, configure_logging
+from conveyor_server.metrics import Metrics, MetricsServer, serve_metrics, split_address
 from conveyor_server.redis_process import RedisProcess
 from conveyor_server.server import Runtime, create_server
 from conveyor_server.store import Store
@@ -43,7 +45,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token", default=os.environ.get("CONVEYOR_TOKEN"),
                    help="require 'authorization: Bearer TOKEN' metadata (env CONVEYOR_TOKEN)")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-format", choices=FORMATS,
+                   default=os.environ.get("CONVEYOR_LOG_FORMAT", "text"),
+                   help="log lines on stderr as text or one JSON object per line "
+                        "(env CONVEYOR_LOG_FORMAT; default text)")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   default=os.environ.get("CONVEYOR_METRICS_LISTEN") or None,
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics; port 0 picks "
+                        "a free one and prints it (env CONVEYOR_METRICS_LISTEN; default off)")
     args = p.parse_args(argv)
+    if args.log_format not in FORMATS:
+        p.error(f"--log-format must be one of {', '.join(FORMATS)}")
+    if args.metrics_listen:
+        try:
+            split_address(args.metrics_listen)
+        except ValueError as exc:
+            p.error(f"--metrics-listen: {exc}")
     if not args.data_root:
         p.error("at least one --data-root is required")
     if args.keep_checkpoints < 1:
@@ -53,9 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        configure_logging(args.log_level, args.log_format)
+    except ValueError as exc:
+        print(f"conveyor-server: {exc}", file=sys.stderr)
+        return 2
     embedded: RedisProcess | None = None
+    metrics_http: MetricsServer | None = None
     try:
         url = args.redis_url
         if not url:
@@ -69,16 +90,22 @@ def main(argv: list[str] | None = None) -> int:
         for root in args.data_root:
             if not Path(root).is_dir():
                 raise ConveyorError(f"--data-root {root!r} is not a directory")
+        metrics = Metrics()
         server, port, service, health_servicer = create_server(
             f"{args.host}:{args.port}", store, args.data_root, advertise=args.advertise,
             keep_checkpoints=args.keep_checkpoints, max_pipelines=args.max_pipelines,
-            token=args.token, drain_wait=args.grace / 2)
+            token=args.token, drain_wait=args.grace / 2, metrics=metrics)
+        if args.metrics_listen:
+            metrics_http = serve_metrics(args.metrics_listen, metrics)[0]
         runtime = Runtime(server, service, health_servicer)
         runtime.start()
         runtime.install_signal_handlers(args.grace)
-        # One line on stdout that tools can parse; everything else goes to the log.
+        # Lines on stdout that tools can parse; everything else goes to the log.
         print(f"conveyor-server listening on {args.host}:{port} as {service.address} "
               f"(redis {store.address})", flush=True)
+        if metrics_http is not None:
+            host = split_address(args.metrics_listen)[0]
+            print(f"conveyor-server metrics on {host}:{metrics_http.port}", flush=True)
         server.wait_for_termination()
         runtime.stopped.wait(args.grace + 2)
         return 0
@@ -89,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conveyor-server: {exc}", file=sys.stderr)
         return 2
     finally:
+        if metrics_http is not None:
+            metrics_http.close()
         if embedded is not None:
             embedded.stop()
 
