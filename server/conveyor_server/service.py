@@ -214,6 +214,9 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         except ConveyorError as exc:
             fields["error"] = f"{exc.code}: {exc.message}"
             raise
+        except Exception as exc:
+            fields["error"] = f"INTERNAL: {type(exc).__name__}: {exc}"
+            raise
         finally:
             pump.stop()
             hosted.detach()
