@@ -59,13 +59,16 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def start_server(
     redis_proc: RedisProcess, image_root: Path, tmp_path: Path
 ) -> Iterator[Callable[..., ServerProcess]]:
-    """Start real conveyor-server subprocesses sharing this test's Redis."""
+    """Start real conveyor-server subprocesses sharing this test's Redis
+    (``metrics=True``: serving metrics on a free port, ``server.metrics_url``)."""
     from tests.servers import ServerProcess
 
     started: list[ServerProcess] = []
 
-    def start(*extra: str, roots: list[Path] | None = None) -> ServerProcess:
-        server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra)
+    def start(*extra: str, roots: list[Path] | None = None,
+              metrics: bool = False) -> ServerProcess:
+        server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra,
+                               metrics=metrics)
         started.append(server.start())
         return server
 

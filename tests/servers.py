@@ -8,36 +8,55 @@ import subprocess
 from pathlib import Path
 
 from conveyor.errors import Unavailable
-from conveyor_server.launch import spawn_server, stop_server, wait_serving
+from conveyor_server.launch import (
+    read_metrics_address,
+    spawn_server,
+    stop_server,
+    wait_serving,
+)
 
 START_TIMEOUT = 30.0
 
 
 class ServerProcess:
     def __init__(self, redis_url: str | None, data_roots: list[Path], log_dir: Path,
-                 *extra: str) -> None:
+                 *extra: str, metrics: bool = False) -> None:
         self.redis_url = redis_url
         self.data_roots = data_roots
         self.extra = extra
+        self.metrics = metrics
         self.log_path = log_dir / f"server-{id(self)}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self.metrics_port = 0
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        assert self.metrics_port, "start the server with metrics=True"
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
     def start(self) -> ServerProcess:
         args = ["--host", "127.0.0.1", "--port", "0", "--log-level", "INFO", *self.extra]
+        if self.metrics:
+            args += ["--metrics-listen", "127.0.0.1:0"]
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         for root in self.data_roots:
             args += ["--data-root", str(root)]
-        env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_REDIS_URL"}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("CONVEYOR_REDIS_URL", "CONVEYOR_METRICS_LISTEN",
+                            "CONVEYOR_LOG_FORMAT")}
         with self.log_path.open("a") as log:
             try:
                 self.proc, address = spawn_server(args, stderr=log, env=env,
                                                   timeout=START_TIMEOUT)
+                if self.metrics:
+                    metrics = read_metrics_address(self.proc, START_TIMEOUT)
+                    self.metrics_port = int(metrics.rsplit(":", 1)[1])
             except Unavailable as exc:
                 raise RuntimeError(f"{exc.message}\n{self.log()}") from None
         self.port = int(address.rsplit(":", 1)[1])

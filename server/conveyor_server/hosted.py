@@ -68,11 +68,14 @@ class HostedPipeline:
         if self.ended is not None:
             raise self.ended_error(self.ended)
 
-    def end(self, reason: str, error: type[ConveyorError] = Fenced) -> None:
+    def end(self, reason: str, error: type[ConveyorError] = Fenced) -> bool:
+        """End the pipeline here for ``reason``; True if this call ended it."""
         with self.cond:
-            if self.ended is None:
+            first = self.ended is None
+            if first:
                 self.ended, self.ended_error = reason, error
             self.cond.notify_all()
+        return first
 
     def wait_acknowledged(self, timeout: float) -> None:
         """Wait until the consumer acknowledged every batch sent (or ``timeout``)."""

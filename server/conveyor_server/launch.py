@@ -27,20 +27,43 @@ def spawn_server(
     proc = subprocess.Popen([sys.executable, "-m", "conveyor_server.main", *args],
                             stdout=subprocess.PIPE, stderr=stderr, text=True,
                             stdin=subprocess.DEVNULL, env=env)
+    line = _read_line(proc, timeout)
+    if "listening on" not in line:
+        _kill(proc)
+        raise Unavailable(f"conveyor-server did not start within {timeout:.0f}s: "
+                          f"{line.strip() or 'no output'}")
+    address = "127.0.0.1:" + line.split()[3].rsplit(":", 1)[1]
+    return proc, address
+
+
+def read_metrics_address(proc: subprocess.Popen[str], timeout: float = 10.0) -> str:
+    """For a server started by ``spawn_server`` with ``--metrics-listen``: read the line it
+    prints next (``conveyor-server metrics on HOST:PORT``) and return "127.0.0.1:PORT".
+    On failure the process is gone and ``Unavailable`` says what it printed."""
+    line = _read_line(proc, timeout)
+    if not line.startswith("conveyor-server metrics on "):
+        _kill(proc)
+        raise Unavailable(f"conveyor-server printed no metrics address within "
+                          f"{timeout:.0f}s: {line.strip() or 'no output'}")
+    return "127.0.0.1:" + line.split()[3].rsplit(":", 1)[1]
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The next line of the process's stdout, or "" if none comes within ``timeout``."""
     assert proc.stdout is not None
     stdout = proc.stdout
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        proc.wait()
-        stdout.close()
-        raise Unavailable(f"conveyor-server did not start within {timeout:.0f}s: "
-                          f"{(line[0].strip() if line else '') or 'no output'}")
-    address = "127.0.0.1:" + line[0].split()[3].rsplit(":", 1)[1]
-    return proc, address
+    return line[0] if line else ""
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def wait_serving(address: str, timeout: float = 30.0) -> None:

@@ -17,6 +17,8 @@ from conveyor.client import Client
 from conveyor.errors import ConveyorError
 from conveyor_server import config as configuration
 from conveyor_server.limits import EngineLimits
+from conveyor_server.logs import FORMATS, configure_logging
+from conveyor_server.metrics import Metrics, MetricsServer, serve_metrics
 from conveyor_server.redis_connect import connect
 from conveyor_server.redis_process import RedisProcess
 from conveyor_server.server import Runtime, create_server
@@ -31,7 +33,7 @@ FLAG_KEYS = {
     "state_dir": "state_dir", "data_root": "data_roots",
     "keep_checkpoints": "checkpoints.keep", "max_pipelines": "limits.max_pipelines",
     "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s", "token": "auth.token",
-    "log_level": "log.level", "metrics_listen": "metrics.listen",
+    "log_level": "log.level", "log_format": "log.format", "metrics_listen": "metrics.listen",
 }
 
 
@@ -60,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-timeout", type=float, help="timeout of every Redis call (s)")
     p.add_argument("--grace", type=float, help="seconds a SIGTERM drain waits for streams")
     p.add_argument("--token", help="require 'authorization: Bearer TOKEN' metadata")
-    p.add_argument("--log-level", type=str.lower)
+    p.add_argument("--log-level", type=str.lower, help="debug, info, warning or error")
+    p.add_argument("--log-format", choices=FORMATS,
+                   help="log lines on stderr as text or one JSON object per line")
     p.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="serve Prometheus metrics over HTTP here (port 0: a free one)")
     return p.parse_args(argv)
@@ -121,10 +125,10 @@ def read_token(cfg: configuration.ServerConfig) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
+    metrics_http: MetricsServer | None = None
     try:
         cfg = load_config(argv)
-        logging.basicConfig(level=cfg.log.level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(cfg.log.level, cfg.log.format)
         specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
         token = read_token(cfg)
         url = cfg.redis.url
@@ -138,17 +142,23 @@ def main(argv: list[str] | None = None) -> int:
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels)
+        metrics = Metrics()
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, advertise=cfg.advertise,
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
-            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits)
+            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, metrics=metrics)
+        if cfg.metrics.listen is not None:
+            metrics_http = serve_metrics(cfg.metrics.listen, metrics)[0]
         runtime = Runtime(server, service, health_servicer)
         runtime.start(serving=not cfg.pipelines)
         runtime.install_signal_handlers(cfg.drain.grace_s)
         host = cfg.listen.rpartition(":")[0]
-        # One line on stdout that tools can parse; everything else goes to the log.
+        # Lines on stdout that tools can parse; everything else goes to the log.
         print(f"conveyor-server listening on {host}:{port} as {service.address} "
               f"(redis {store.address})", flush=True)
+        if metrics_http is not None and cfg.metrics.listen is not None:
+            metrics_host = cfg.metrics.listen.rpartition(":")[0]
+            print(f"conveyor-server metrics on {metrics_host}:{metrics_http.port}", flush=True)
         if cfg.pipelines:
             local = "127.0.0.1" if host in ("0.0.0.0", "", "[::]", "::") else host
             try:
@@ -168,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conveyor-server: {exc}", file=sys.stderr)
         return 2
     finally:
+        if metrics_http is not None:
+            metrics_http.close()
         if embedded is not None:
             embedded.stop()
 

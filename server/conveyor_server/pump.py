@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
+from conveyor.errors import DataFileError
 from conveyor.wire import encode_frames
+from conveyor_server.metrics import Metrics
 from conveyor_server.pipeline import Pipeline
 
 #: A batch's index and its frames, each an encoded StreamBatchesResponse.
@@ -18,8 +21,9 @@ Encoded = tuple[int, list[bytes]]
 
 
 class BatchPump:
-    def __init__(self, engine: Pipeline, name: str, ahead: int = 1) -> None:
+    def __init__(self, engine: Pipeline, name: str, metrics: Metrics, ahead: int = 1) -> None:
         self._engine = engine
+        self._metrics = metrics
         self._queue: queue.Queue[Encoded | BaseException] = queue.Queue(maxsize=ahead)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pump-{name}", daemon=True)
@@ -29,11 +33,15 @@ class BatchPump:
         while not self._stop.is_set():
             item: Encoded | BaseException
             try:
+                started = time.perf_counter()
                 batch = self._engine.run()
+                self._metrics.batch_latency.observe(time.perf_counter() - started)
                 index = self._engine.batches_returned - 1
                 item = (index, list(encode_frames(index, batch)))
                 del batch  # only the frames stay resident while they wait
             except BaseException as exc:  # handed to the stream, which raises it
+                if isinstance(exc, DataFileError):
+                    self._metrics.decode_errors.inc()
                 item = exc
             while not self._stop.is_set():
                 try:

@@ -1,8 +1,9 @@
 """Assemble and run the gRPC server: ``create_server`` apart from ``serve``.
 
 ``create_server(address, ...) -> (server, port)`` binds (port 0 picks a free one) and adds
-the Conveyor service, the standard health service and reflection. ``Runtime`` adds the
-fencing watcher and the SIGTERM drain.
+the Conveyor service, the standard health service and reflection; the service updates
+``metrics`` (``conveyor_server.metrics.Metrics``; a private one if None). ``Runtime`` adds
+the fencing watcher and the SIGTERM drain.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from conveyor.errors import ConveyorError
 from conveyor.v1 import service_pb2
 from conveyor_server.limits import NO_LIMITS, EngineLimits
+from conveyor_server.metrics import Metrics
 from conveyor_server.service import ConveyorService
 from conveyor_server.store import Store
 
@@ -35,6 +37,7 @@ def create_server(
     address: str, store: Store, data_roots: Sequence[str | Path], *, advertise: str | None = None,
     keep_checkpoints: int = 10, max_pipelines: int = 64, token: str | None = None,
     max_workers: int = 64, drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
+    metrics: Metrics | None = None,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="conveyor-rpc"),
@@ -53,7 +56,8 @@ def create_server(
         host = socket.gethostname()
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               keep_checkpoints=keep_checkpoints, max_pipelines=max_pipelines,
-                              token=token, drain_wait=drain_wait, limits=limits)
+                              token=token, drain_wait=drain_wait, limits=limits,
+                              metrics=metrics)
     server.add_generic_rpc_handlers((conveyor_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -149,10 +153,13 @@ class Runtime:
             try:
                 stored = self.service.checkpoint_at_acknowledged(hosted)
             except ConveyorError as exc:
-                log.warning("could not checkpoint %s while draining: %s", hosted.name, exc)
+                log.warning("could not checkpoint %s while draining: %s", hosted.name, exc,
+                            extra={"pipeline": hosted.name, "error": exc.message})
                 continue
             if stored is not None:
-                log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id)
+                log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id,
+                         extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
+                                "batches": stored.batches})
         self.stop()
 
     def stop(self) -> None:

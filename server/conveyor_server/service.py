@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from conveyor_server import checkpoint as ckpt
 from conveyor_server.errors_map import streaming, unary
 from conveyor_server.hosted import HostedPipeline
 from conveyor_server.limits import NO_LIMITS, EngineLimits
+from conveyor_server.metrics import Metrics
 from conveyor_server.pipeline import Pipeline
 from conveyor_server.pump import BatchPump
 from conveyor_server.store import Owner, Store, StoredCheckpoint, check_name, checkpoint_id
@@ -60,7 +62,8 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
     def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
                  keep_checkpoints: int = 10, max_pipelines: int = 64,
                  token: str | None = None, drain_wait: float = 5.0,
-                 limits: EngineLimits = NO_LIMITS) -> None:
+                 limits: EngineLimits = NO_LIMITS,
+                 metrics: Metrics | None = None) -> None:
         self.store = store
         self.limits = limits
         self.address = address
@@ -74,12 +77,18 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         self._pipelines: dict[str, HostedPipeline] = {}
         self._store_calls = ThreadPoolExecutor(4, thread_name_prefix="store-call")
         self._lock = threading.Lock()
+        self.metrics = metrics or Metrics()
+        self.metrics.hosted_pipelines.set_function(self._count_hosted)
 
     # -- hosted pipelines ------------------------------------------------------------
 
     def hosted(self) -> list[HostedPipeline]:
         with self._lock:
             return list(self._pipelines.values())
+
+    def _count_hosted(self) -> float:
+        with self._lock:
+            return len(self._pipelines)
 
     def _local(self, name: str) -> HostedPipeline:
         with self._lock:
@@ -113,9 +122,11 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
     def fence(self, name: str, holder: str) -> None:
         with self._lock:
             hosted = self._pipelines.get(name)
-        if hosted is not None:
-            hosted.end(f"pipeline {name!r} was restored on server {holder}: this server is "
-                       "fenced and its stream and checkpoints are refused")
+        if hosted is not None and hosted.end(
+                f"pipeline {name!r} was restored on server {holder}: this server is "
+                "fenced and its stream and checkpoints are refused"):
+            log.warning("pipeline %s was restored on %s: fenced here", name, holder,
+                        extra={"pipeline": name, "holder": holder})
 
     # -- RPCs ----------------------------------------------------------------------------
 
@@ -136,7 +147,8 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             raise
         hosted = HostedPipeline(name, engine, gen, keep)
         self._host(hosted)
-        log.info("created pipeline %s (generation %d)", name, gen)
+        log.info("created pipeline %s (generation %d)", name, gen,
+                 extra={"pipeline": name, "generation": gen})
         return service_pb2.CreatePipelineResponse(pipeline=hosted.info(self.address))
 
     @unary
@@ -149,6 +161,9 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             self._pipelines.pop(hosted.name, None)
         hosted.end(f"pipeline {hosted.name!r} was deleted", NotFound)
         hosted.engine.close()
+        log.info("deleted pipeline %s (checkpoints %s)", hosted.name,
+                 "kept" if request.keep_checkpoints else "deleted",
+                 extra={"pipeline": hosted.name, "keep_checkpoints": request.keep_checkpoints})
         return service_pb2.DeletePipelineResponse()
 
     @unary
@@ -188,10 +203,35 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             raise InvalidArgument("StreamBatches: the first message must name the pipeline")
         hosted = self._local(first.name)
         hosted.attach(first.consumed)
+        peer = context.peer()
+        log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
+                 extra={"pipeline": hosted.name, "batches": first.consumed, "peer": peer})
+        self.metrics.active_streams.inc()
         acks = threading.Thread(target=self._read_acks, args=(request_iterator, hosted),
                                 name=f"acks-{hosted.name}", daemon=True)
         acks.start()
-        pump = BatchPump(hosted.engine, hosted.name)
+        pump = BatchPump(hosted.engine, hosted.name, self.metrics)
+        fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
+        try:
+            yield from self._send(hosted, pump, context)
+        except ConveyorError as exc:
+            fields["error"] = f"{exc.code}: {exc.message}"
+            raise
+        except Exception as exc:
+            fields["error"] = f"INTERNAL: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            pump.stop()
+            hosted.detach()
+            self.metrics.active_streams.dec()
+            fields["batches"] = hosted.sent
+            log.info("stream of %s ended after batch %d: %s", hosted.name, hosted.sent,
+                     fields.get("error", "the client went away"), extra=fields)
+
+    def _send(self, hosted: HostedPipeline, pump: BatchPump,
+              context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The frames of each batch the pump makes, for as long as the client listens."""
+        samples = hosted.engine.batch_size
         try:
             while context.is_active():
                 hosted.check_live()
@@ -204,12 +244,10 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
                 yield from frames
                 with hosted.cond:
                     hosted.sent = index + 1
+                self.metrics.streamed(samples, sum(map(len, frames)))
         except ConveyorError:
             hosted.check_live()  # a pipeline deleted or fenced under the stream says so
             raise
-        finally:
-            pump.stop()
-            hosted.detach()
 
     @staticmethod
     def _read_acks(requests: Iterator[service_pb2.StreamBatchesRequest],
@@ -229,6 +267,9 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
             error.message += f"; no checkpoint could be written ({exc})"
         else:
             hosted.drain_checkpoint = stored.id
+            log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id,
+                     extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
+                            "batches": stored.batches})
             error.message += (f"; resume from checkpoint {stored.id} "
                               f"(after batch {stored.batches})")
             error.trailing_metadata = (  # type: ignore[attr-defined]
@@ -238,15 +279,23 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
 
     def _write_checkpoint(self, hosted: HostedPipeline, batches: int) -> StoredCheckpoint:
         hosted.check_live()
+        started = time.perf_counter()
         body = hosted.engine.checkpoint_body(batches)
         blob = ckpt.seal(body)
         try:
             stored = self.store.write_checkpoint(hosted.name, self.instance, hosted.generation,
                                                  blob, batches, self.address)
         except Fenced as exc:
-            hosted.end(exc.message)
+            if hosted.end(exc.message):
+                log.warning("checkpoint of %s refused: fenced (%s)", hosted.name, exc.message,
+                            extra={"pipeline": hosted.name, "error": exc.message})
             raise
+        self.metrics.checkpoint_latency.observe(time.perf_counter() - started)
+        self.metrics.checkpoints_written.inc()
         hosted.latest_checkpoint = stored.id
+        log.info("checkpoint %s of %s after batch %d (%d bytes)", stored.id, hosted.name,
+                 batches, len(blob), extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
+                                            "batches": batches})
         return stored
 
     def _within_deadline(self, context: grpc.ServicerContext, what: str,
@@ -289,6 +338,7 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
     @unary
     def Restore(self, request: service_pb2.RestoreRequest,
                 context: grpc.ServicerContext) -> service_pb2.RestoreResponse:
+        started = time.perf_counter()
         name = check_name(request.name)
         source = request.WhichOneof("source")
         if source == "checkpoint_id":
@@ -315,8 +365,15 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
         hosted = HostedPipeline(name, engine, gen, keep, sent=body.batches,
                                 acknowledged=body.batches)
         self._host(hosted)
-        log.info("restored pipeline %s at batch %d (generation %d, previous holder %s)",
-                 name, body.batches, gen, previous or "none")
+        self.metrics.restore_latency.observe(time.perf_counter() - started)
+        self.metrics.restores.inc()
+        fields: dict[str, object] = {"pipeline": name, "batches": body.batches,
+                                     "generation": gen}
+        if source == "checkpoint_id":
+            fields["checkpoint_id"] = request.checkpoint_id
+        log.info("restored pipeline %s at batch %d from %s (generation %d, previous holder %s)",
+                 name, body.batches, fields.get("checkpoint_id", "checkpoint data"), gen,
+                 previous or "none", extra=fields)
         return service_pb2.RestoreResponse(pipeline=hosted.info(self.address),
                                            batches=body.batches)
 
