@@ -1,16 +1,79 @@
-# conveyor-server: the server and its CPU engine. Build: docker build -t conveyor-server .
-FROM python:3.11-slim
+# syntax=docker/dockerfile:1
+# Conveyor server images, built from this repository's root. Two targets:
+#
+#   docker build --target cpu -t conveyor-server:0.1.0-cpu .   # python:3.11-slim, CPU engine
+#   docker build --target gpu -t conveyor-server:0.1.0-gpu .   # CUDA 12 runtime + the [gpu] extra
+#
+# Without --target the last stage, cpu, is built. Both run as UID 10001, read their
+# configuration from /etc/conveyor/server.yaml (deploy/base/server.yaml is baked in there;
+# Kubernetes mounts its ConfigMap over it) and serve gRPC on 50051, metrics on 9464.
+# Every config key can be overridden by an environment variable CONVEYOR_<PATH>.
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-RUN useradd --create-home --uid 10001 conveyor
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+# Must equal the version in client/ and server/pyproject.toml (a test checks it).
+ARG CONVEYOR_VERSION=0.1.0
+
+# ---- builder: wheels of the two distributions of this repository. They are pure Python;
+# their dependencies (grpcio, numpy, OpenCV, ...) are resolved from PyPI by each runtime
+# stage, for that stage's own Python.
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY client/ client/
 COPY server/ server/
-RUN pip install ./client ./server && rm -rf /src
+RUN pip wheel --no-deps --wheel-dir /wheels ./client ./server
 
-USER conveyor
-WORKDIR /home/conveyor
-EXPOSE 50051
-# Kubernetes sends SIGTERM: the server drains (checkpoints at acknowledged positions).
-ENTRYPOINT ["conveyor-server", "--port", "50051"]
-CMD ["--data-root", "/data"]
+# ---- gpu: NVIDIA's CUDA runtime image (Ubuntu 24.04 ships Python 3.12; Conveyor needs
+# 3.11+) with CuPy and nvImageCodec from the server's [gpu] extra.
+FROM ${CUDA_IMAGE} AS gpu
+ARG CONVEYOR_VERSION
+# The CUDA tag fixes the Ubuntu release; apt version pins would break the build whenever
+# Ubuntu supersedes a package with a security update, so the packages are left unpinned.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/conveyor \
+    && groupadd --gid 10001 conveyor \
+    && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home \
+        --home-dir /tmp --shell /usr/sbin/nologin conveyor
+ENV PATH=/opt/conveyor/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CUPY_CACHE_DIR=/tmp/cupy-kernel-cache
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
+        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[gpu]"
+COPY deploy/base/server.yaml /etc/conveyor/server.yaml
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 50051 9464
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-m", "conveyor_server.probe", "--timeout", "3"]
+# SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
+ENTRYPOINT ["conveyor-server"]
+CMD ["--config", "/etc/conveyor/server.yaml"]
+
+# ---- cpu (the default target): the CPU engine on python:3.11-slim.
+FROM ${PYTHON_IMAGE} AS cpu
+ARG CONVEYOR_VERSION
+RUN python -m venv /opt/conveyor \
+    && groupadd --gid 10001 conveyor \
+    && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home \
+        --home-dir /tmp --shell /usr/sbin/nologin conveyor
+ENV PATH=/opt/conveyor/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
+        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl"
+COPY deploy/base/server.yaml /etc/conveyor/server.yaml
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 50051 9464
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-m", "conveyor_server.probe", "--timeout", "3"]
+# SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
+ENTRYPOINT ["conveyor-server"]
+CMD ["--config", "/etc/conveyor/server.yaml"]
