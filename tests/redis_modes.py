@@ -18,10 +18,13 @@ from conveyor_server.config import RedisConfig, TlsConfig
 from conveyor_server.redis_process import find_redis_server, terminate
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(below: int = 65536) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < below:
+            return port
 
 
 def _wait(check: Callable[[], bool], what: str, log: Path, timeout: float = 15.0) -> None:
@@ -96,9 +99,10 @@ def start_tls(directory: Path) -> RedisMode:
 
 
 def start_cluster(directory: Path) -> RedisMode:
-    port = free_port()
+    # The cluster bus listens on port + 10000 unless told otherwise: name both.
+    port, bus = free_port(below=55536), free_port()
     proc, log = _spawn(directory, "cluster", "--port", str(port), "--bind", "127.0.0.1",
-                       "--cluster-enabled", "yes",
+                       "--cluster-enabled", "yes", "--cluster-port", str(bus),
                        "--cluster-config-file", str(directory / "nodes.conf"))
     client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
     _wait(client.ping, "redis-server in cluster mode", log)

@@ -3,8 +3,11 @@ limits; pipelines created at start-up before health says SERVING."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -12,12 +15,14 @@ import pytest
 import yaml
 from google.protobuf import json_format, text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import conveyor
 from conveyor import errors
 from conveyor_server import Pipeline
 from conveyor_server import config as configuration
 from conveyor_server.demo import rotate_pipeline
+from conveyor_server.launch import read_metrics_address, spawn_server, stop_server, wait_serving
 from conveyor_server.limits import EngineLimits
 from conveyor_server.main import load_config
 from conveyor_server.redis_process import RedisProcess
@@ -200,3 +205,39 @@ def test_a_bad_spec_file_is_refused_before_listening(image_root: Path, tmp_path:
     assert proc.returncode == 2, proc.stderr
     assert "pipelines[0].spec_file" in proc.stderr and "bad.json" in proc.stderr
     assert "listening" not in proc.stdout
+
+
+def test_the_example_configuration_serves_health_reflection_and_metrics(
+        redis_proc: RedisProcess, image_root: Path, tmp_path: Path) -> None:
+    """deploy/base/server.yaml as the Deployment uses it, with the environment pointing it
+    at this test's Redis and data, as a pod's env would."""
+    example = Path(__file__).resolve().parent.parent / "deploy" / "base" / "server.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env |= {"CONVEYOR_LISTEN": "127.0.0.1:0", "CONVEYOR_REDIS_URL": redis_proc.url,
+            "CONVEYOR_DATA_ROOTS": str(image_root), "CONVEYOR_METRICS_LISTEN": "127.0.0.1:0",
+            "CONVEYOR_ADVERTISE": "10.1.2.3:50051"}
+    with (tmp_path / "server.log").open("w") as log:
+        proc, address = spawn_server(["--config", str(example)], stderr=log, env=env)
+    try:
+        metrics_port = int(read_metrics_address(proc, 30).rsplit(":", 1)[1])
+        wait_serving(address, 30)
+        assert health(address) == health_pb2.HealthCheckResponse.SERVING
+        with grpc.insecure_channel(address) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            answers = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert {"conveyor.v1.Conveyor", "grpc.health.v1.Health"} <= names
+        with conveyor.Client(address, timeout=20) as c:
+            c.create("example", rotate_pipeline(str(image_root / "imgs")))
+            assert c.pipeline("example").holder == "10.1.2.3:50051"
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                    timeout=10) as reply:
+            text = reply.read().decode()
+        assert 'conveyor_rpcs_total{code="OK",method="CreatePipeline"} 1.0' in text
+        assert "conveyor_build_info{" in text
+    finally:
+        stop_server(proc)
+    # The example logs JSON: every line of its log is one object.
+    lines = (tmp_path / "server.log").read_text().splitlines()
+    assert lines and all(isinstance(json.loads(line), dict) for line in lines)
