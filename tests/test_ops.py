@@ -10,7 +10,7 @@ import io
 import math
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -21,7 +21,7 @@ from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, S
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.devices import cuda_device_count
-from conveyor_server.ops import decode, normalize, rotate
+from conveyor_server.ops import decode, jpeg_fast, normalize, rotate
 from conveyor_server.ops.registry import BuiltOp, OpContext, builder_for, register, registered
 
 # -- helpers -----------------------------------------------------------------------------
@@ -168,6 +168,74 @@ def test_decode_applies_exif_orientation_6() -> None:
     assert mean_abs_diff(out, np.rot90(src, 1)) > 20.0
 
 
+def _jpeg_kinds() -> dict[str, np.ndarray]:
+    photo = cv2.add(gradient(61, 83), noise(61, 83, seed=3) // 4)  # odd sizes, fine detail
+    exif1, exif6 = Image.Exif(), Image.Exif()
+    exif1[0x0112], exif6[0x0112] = 1, 6
+    ok, restart = cv2.imencode(".jpg", photo, [cv2.IMWRITE_JPEG_QUALITY, 90,
+                                               cv2.IMWRITE_JPEG_RST_INTERVAL, 2])
+    assert ok
+    return {
+        "4:2:0": pil_bytes(photo, "JPEG", quality=90, subsampling=2),
+        "4:2:2": pil_bytes(photo, "JPEG", quality=90, subsampling=1),
+        "4:4:4": pil_bytes(photo, "JPEG", quality=90, subsampling=0),
+        "progressive": pil_bytes(photo, "JPEG", quality=85, progressive=True),
+        "optimized": pil_bytes(photo, "JPEG", quality=75, optimize=True),
+        "grayscale": pil_bytes(photo[:, :, 1], "JPEG", quality=90),
+        "restart markers": np.frombuffer(restart.tobytes(), dtype=np.uint8),
+        "exif orientation 1": pil_bytes(photo, "JPEG", quality=90, exif=exif1),
+        "exif orientation 6": pil_bytes(photo, "JPEG", quality=90, exif=exif6),
+        "cmyk": pil_bytes(Image.fromarray(photo).convert("CMYK"), "JPEG", quality=90),
+    }
+
+
+OPENCV_FLAGS = {"RGB": cv2.IMREAD_COLOR_RGB, "BGR": cv2.IMREAD_COLOR,
+                "GRAY": cv2.IMREAD_GRAYSCALE}
+
+
+@pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])
+def test_jpeg_fast_path_gives_opencvs_exact_bytes(output_type: str) -> None:
+    """The simplejpeg path must decode exactly as OpenCV does, or step aside."""
+    fast_kinds = set()
+    for kind, data in _jpeg_kinds().items():
+        out = run(build("decoders.image", output_type=output_type), data)
+        reference = cv2.imdecode(data, OPENCV_FLAGS[output_type])
+        assert reference is not None, kind
+        if reference.ndim == 2:
+            reference = reference[:, :, np.newaxis]
+        np.testing.assert_array_equal(out, reference, err_msg=f"{kind}, {output_type}")
+        if jpeg_fast.decode(data, output_type) is not None:
+            fast_kinds.add(kind)
+    assert {"4:2:0", "4:4:4", "progressive", "grayscale", "restart markers",
+            "exif orientation 1"} <= fast_kinds
+    assert "exif orientation 6" not in fast_kinds
+
+
+def _with_exif(jpeg: np.ndarray, orientation: int, order: str) -> np.ndarray:
+    """``jpeg`` with an APP1 Exif segment holding one IFD0 entry: the orientation."""
+    end: Literal["little", "big"] = "little" if order == "II" else "big"
+    tiff = (order.encode() + (42).to_bytes(2, end) + (8).to_bytes(4, end)
+            + (1).to_bytes(2, end)  # one entry
+            + (0x0112).to_bytes(2, end) + (3).to_bytes(2, end) + (1).to_bytes(4, end)
+            + orientation.to_bytes(2, end) + b"\0\0" + (0).to_bytes(4, end))
+    payload = b"Exif\0\0" + tiff
+    segment = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    raw = jpeg.tobytes()
+    return np.frombuffer(raw[:2] + segment + raw[2:], dtype=np.uint8)
+
+
+def test_exif_orientation_is_read_in_either_byte_order() -> None:
+    plain = pil_bytes(gradient(20, 30), "JPEG", quality=90)
+    assert jpeg_fast.exif_orientation(plain) == 1
+    for order in ("II", "MM"):
+        for value in (1, 3, 6, 8):
+            data = _with_exif(plain, value, order)
+            assert jpeg_fast.exif_orientation(data) == value, (order, value)
+            # Whichever path decodes it, the result is OpenCV's (which applies it).
+            out = run(build("decoders.image"), data)
+            np.testing.assert_array_equal(out, cv2.imdecode(data, cv2.IMREAD_COLOR_RGB))
+
+
 def test_decode_empty_corrupt_and_truncated_data_raise_data_file_error() -> None:
     op = build("decoders.image")
     with pytest.raises(DataFileError, match="empty"):
@@ -230,7 +298,7 @@ def test_decode_on_a_gpu_device_without_cuda_is_unavailable(device: str) -> None
 
 def test_decoder_id_names_the_library() -> None:
     assert decode.DECODER_ID.startswith("opencv ")
-    assert cv2.__version__ in decode.DECODER_ID
+    assert cv2.__version__ in decode.DECODER_ID and "simplejpeg" in decode.DECODER_ID
     assert build("decoders.image").layouts == ("HWC",)
 
 

@@ -21,10 +21,11 @@ import simplejpeg
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
 from conveyor_server.devices import cuda_device_count
 from conveyor_server.limits import NO_LIMITS, EngineLimits
+from conveyor_server.ops import jpeg_fast
 from conveyor_server.ops.registry import BuiltOp, OpContext, SampleFn, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
-DECODER_ID = f"opencv {cv2.__version__}"
+DECODER_ID = f"opencv {cv2.__version__}; {jpeg_fast.VERSION}"
 
 OP = "decoders.image"
 
@@ -143,6 +144,10 @@ def decode_image(data: np.ndarray, output_type: str,
         size = header_size(data, fmt)
         if size is not None:
             limits.check_image(*size, f"the {fmt} image")
+    if fmt == "JPEG":
+        fast = jpeg_fast.decode(data, output_type)
+        if fast is not None:
+            return fast
     flags = _FLAGS[output_type]
     if fmt == "JPEG" and output_type == "RGB":
         # JPEG samples are 8-bit: OpenCV converts to RGB while decoding, which saves a pass.
