@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 
+from conveyor_server.redis_process import RedisProcess
 from conveyor_server.sample_data import make_image_folder
 from tests.servers import ServerProcess
 from tests.test_service import client, rotate_pipeline
@@ -85,3 +87,14 @@ def test_demo_without_a_free_port_fails_clearly_and_leaves_nothing_behind(
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True,
                                check=False)
     assert leftovers.stdout.strip() == "", f"processes left behind: {leftovers.stdout}"
+
+
+def test_private_redis_in_a_relative_state_dir(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default state dir (.conveyor) is relative to where the server starts."""
+    monkeypatch.chdir(tmp_path)
+    with RedisProcess(Path(".conveyor") / "redis", appendonly=True) as proc:
+        assert proc.directory == tmp_path / ".conveyor" / "redis"
+        client = redis.Redis(unix_socket_path=str(proc.socket), socket_timeout=2)
+        assert client.ping()
+        client.close()

@@ -57,7 +57,8 @@ class RedisProcess:
 
     def __init__(self, directory: str | Path | None = None, *, appendonly: bool = False) -> None:
         self._owned_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="conveyor-redis-"))
+        # Absolute: redis-server changes into --dir before it opens --logfile.
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="conveyor-redis-")).resolve()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
         self.socket = self.directory / "redis.sock"
