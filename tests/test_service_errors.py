@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,35 @@ def test_sigterm_drain_ends_the_stream_with_a_usable_checkpoint(
             expected = run_batches(local, pipe.consumed + 1)[-1]
         assert batch_bytes(restored.run()) == batch_bytes(expected)
         assert a.proc is not None and a.proc.wait(DEADLINE) == 0
+
+
+def test_a_slow_consumer_resumes_after_what_it_consumed_past_the_drain(
+    start_server: Start, image_root: Path
+) -> None:
+    """The drain checkpoints at the acknowledged position; batches sent before it and
+    consumed after it are not received twice when the trainer restores with its count."""
+    a, b = start_server("--grace", "1"), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, prefetch_queue_depth=4)
+    with client(a) as ca, client(b) as cb:
+        pipe = ca.create("slow", spec)
+        run_batches(pipe, 2)  # type: ignore[arg-type]
+        wait_for(lambda: ca.pipeline("slow").sent >= 4, "the server to send ahead")
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.5)  # a long training step: the drain gives up waiting (grace / 2)
+        with pytest.raises(errors.Unavailable, match="shutting down") as caught:
+            for _ in range(100):
+                pipe.run()  # the batches sent before the drain are still delivered
+        drained = caught.value.checkpoint_id  # type: ignore[attr-defined]
+        assert caught.value.checkpoint_batches == 2 < pipe.consumed  # type: ignore[attr-defined]
+        with Pipeline(spec) as local:
+            expected = run_batches(local, pipe.consumed + 1)
+        resumed = cb.restore("slow", checkpoint=drained, consumed=pipe.consumed)
+        assert batch_bytes(resumed.run()) == batch_bytes(expected[pipe.consumed])
+        copy = cb.restore("slow-copy", checkpoint=drained)  # without the count: from batch 2
+        assert batch_bytes(copy.run()) == batch_bytes(expected[2])
+        with pytest.raises(errors.InvalidArgument, match="before the checkpoint"):
+            cb.restore("slow-early", checkpoint=drained, consumed=1)
 
 
 @pipeline_def(batch_size=3, seed=5, enable_checkpointing=True)

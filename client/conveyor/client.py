@@ -82,7 +82,11 @@ class Client:
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: pipeline_pb2.PipelineSpec | None = None,
-                keep_checkpoints: int = 0) -> RemotePipeline:
+                keep_checkpoints: int = 0, consumed: int | None = None) -> RemotePipeline:
+        """Host ``name`` on this server from ``checkpoint``. ``consumed``: the batches this
+        trainer has really consumed, when that is past the checkpoint (a drain checkpoints
+        at the acknowledged position; batches already sent may still have been consumed
+        after it): the stream then starts after them, so none is received twice."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
         if isinstance(checkpoint, Checkpoint):
             request.checkpoint_id = checkpoint.id
@@ -93,7 +97,10 @@ class Client:
         if spec is not None:
             request.spec.CopyFrom(spec)
         reply = self._call("Restore", request)
-        return RemotePipeline(self, reply.pipeline)
+        if consumed is not None and consumed < reply.batches:
+            raise errors.InvalidArgument(
+                f"consumed={consumed} is before the checkpoint's position ({reply.batches})")
+        return RemotePipeline(self, reply.pipeline, consumed=consumed)
 
     def attach(self, name: str) -> RemotePipeline:
         """Consume an existing pipeline from its acknowledged position."""
@@ -148,11 +155,12 @@ _END = object()
 class RemotePipeline:
     """A pipeline on a server, consumed like the in-process engine."""
 
-    def __init__(self, client: Client, info: service_pb2.PipelineInfo) -> None:
+    def __init__(self, client: Client, info: service_pb2.PipelineInfo, *,
+                 consumed: int | None = None) -> None:
         self.client = client
         self.name = info.name
         self.info = info
-        self._consumed = info.acknowledged
+        self._consumed = info.acknowledged if consumed is None else consumed
         self._requests: queue.SimpleQueue[Any] | None = None
         self._responses: Any = None
         self._lock = threading.Lock()
