@@ -26,6 +26,7 @@ from conveyor_server.launch import read_metrics_address, spawn_server, stop_serv
 from conveyor_server.limits import EngineLimits
 from conveyor_server.main import load_config
 from conveyor_server.redis_process import RedisProcess
+from conveyor_server.startup import load_spec
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess
 
@@ -241,3 +242,22 @@ def test_the_example_configuration_serves_health_reflection_and_metrics(
     # The example logs JSON: every line of its log is one object.
     lines = (tmp_path / "server.log").read_text().splitlines()
     assert lines and all(isinstance(json.loads(line), dict) for line in lines)
+
+
+def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from conveyor.cli import main as cli
+
+    (tmp_path / "my_pipelines.py").write_text(
+        "from conveyor_server.demo import rotate_pipeline\n\n"
+        "def train(root):\n    return rotate_pipeline(root)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    root = str(image_root / "imgs")
+    assert cli(["spec", "my_pipelines:train", root]) == 0
+    (tmp_path / "train.json").write_text(capsys.readouterr().out)
+    entry = configuration.PipelineEntry(name="train", spec_file=str(tmp_path / "train.json"))
+    assert load_spec(entry, 0) == rotate_pipeline(root)
+    assert cli(["spec", "my_pipelines:nothing"]) == 1
+    assert "cannot load my_pipelines:nothing" in capsys.readouterr().err

@@ -4,14 +4,16 @@
     conveyor [--server ADDR] describe NAME
     conveyor [--server ADDR] checkpoint NAME          # at the acknowledged position
     conveyor [--server ADDR] checkpoints NAME
-    conveyor [--server ADDR] restore NAME --checkpoint ID [--as NEW_NAME]
+    conveyor [--server ADDR] restore NAME --checkpoint ID
     conveyor [--server ADDR] stream NAME --batches N  # reads a copy, never moves NAME
     conveyor [--server ADDR] delete NAME [--keep-checkpoints]
+    conveyor spec MODULE:FUNCTION [ARG ...] [--format json|textproto]   # no server
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import secrets
 import sys
@@ -19,9 +21,11 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from google.protobuf import json_format, text_format
+
 from conveyor.client import Client
-from conveyor.errors import ConveyorError
-from conveyor.v1 import service_pb2
+from conveyor.errors import ConveyorError, InvalidArgument
+from conveyor.v1 import pipeline_pb2, service_pb2
 
 
 def _when(ms: int) -> str:
@@ -78,6 +82,24 @@ def _stream(client: Client, name: str, batches: int) -> None:
         client.delete(copy_name)
 
 
+def _export_spec(target: str, arguments: Sequence[str], fmt: str) -> None:
+    """Print the spec a definition returns, for a server's configuration file."""
+    module_name, _, function_name = target.partition(":")
+    if not module_name or not function_name:
+        raise InvalidArgument(f"expected MODULE:FUNCTION, got {target!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"cannot load {target}: {exc}") from None
+    spec = function(*arguments)
+    if not isinstance(spec, pipeline_pb2.PipelineSpec):
+        raise InvalidArgument(f"{target} returned {type(spec).__name__}, not a pipeline spec "
+                              "(decorate it with @pipeline_def)")
+    print(json_format.MessageToJson(spec) if fmt == "json"
+          else text_format.MessageToString(spec), end="" if fmt == "textproto" else "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="conveyor", description="Operate Conveyor pipelines.")
     p.add_argument("--server", default=os.environ.get("CONVEYOR_SERVER", "127.0.0.1:50051"),
@@ -95,10 +117,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("stream", help="read batches from a copy (never moves the trainer)")
     s.add_argument("name")
     s.add_argument("--batches", type=int, default=100)
+    e = sub.add_parser("spec", help="print the spec a definition returns (no server needed), "
+                                    "for the server's configuration: pipelines[].spec_file")
+    e.add_argument("target", metavar="MODULE:FUNCTION")
+    e.add_argument("arguments", nargs="*", help="string arguments of the function")
+    e.add_argument("--format", choices=("json", "textproto"), default="json")
     d = sub.add_parser("delete", help="delete a pipeline and release its name")
     d.add_argument("name")
     d.add_argument("--keep-checkpoints", action="store_true")
     args = p.parse_args(argv)
+    if args.command == "spec":
+        try:
+            _export_spec(args.target, args.arguments, args.format)
+        except ConveyorError as exc:
+            print(f"conveyor: {exc.code}: {exc.message}", file=sys.stderr)
+            return 1
+        return 0
     try:
         with Client(args.server, timeout=args.timeout) as client:
             if args.command == "pipelines":
