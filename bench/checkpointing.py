@@ -7,8 +7,9 @@ a private redis-server (append-only, as the server's own default) on a unix sock
 
 - Checkpoint RPC: ``Client.checkpoint(name, consumed)`` round trips, on an idle pipeline
   and on one whose stream is being consumed by another thread (the server's 2 cores busy
-  decoding); references: sealing the same checkpoint in process (no gRPC, no Redis) and a
-  bare Redis SET of a blob of its size. Each run makes ``--calls`` calls; p50 and p99 are
+  decoding); references: a gRPC health check to the same server (the floor of any unary
+  RPC here), sealing the same checkpoint in process (no gRPC, no Redis) and a bare Redis
+  SET of a blob of its size. Each run makes ``--calls`` calls; p50 and p99 are
   per run, shown as the median (and spread) over the interleaved runs.
 - Restore to first batch: ``Pipeline(spec, checkpoint=blob).run()`` in process, and the
   Restore RPC (blob sent inline) plus the first ``run()`` over gRPC, from checkpoints at
@@ -27,7 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import conveyor
 from bench._shared import (
@@ -119,6 +122,9 @@ def main() -> None:
         local.run()
         bare_redis = redis.Redis.from_url(server.redis.url)
         payload = bytes(blob_size)
+        channel = grpc.insecure_channel(server.address)
+        health = health_pb2_grpc.HealthStub(channel)
+        health_request = health_pb2.HealthCheckRequest(service="")
 
         def streaming() -> Latency:
             busy.start()
@@ -133,6 +139,8 @@ def main() -> None:
             "Checkpoint RPC, idle pipeline": lambda: latencies(
                 lambda: client.checkpoint("ckpt-idle", consumed=3), calls),
             "Checkpoint RPC, while streaming": streaming,
+            "ref: gRPC health check, same server": lambda: latencies(
+                lambda: health.Check(health_request, timeout=30), calls),
             "ref: in-process seal, no Redis": lambda: latencies(local.checkpoint, calls),
             "ref: bare Redis SET of that size": lambda: latencies(
                 lambda: bare_redis.set("bench-blob", payload), calls),
@@ -140,6 +148,7 @@ def main() -> None:
         busy.pipe.close()
         local.close()
         bare_redis.close()
+        channel.close()
         table([(name, f"{median([p for p, _ in v]):.2f}", spread([p for p, _ in v], "{:.2f}"),
                 f"{median([q for _, q in v]):.2f}", spread([q for _, q in v], "{:.2f}"))
                for name, v in lat.items()],
