@@ -31,6 +31,9 @@ class HostedPipeline:
     latest_checkpoint: str = ""
     #: The checkpoint written when this server drained the pipeline, if any.
     drain_checkpoint: str = ""
+    #: Set by this server's own delete before it releases the name, so the fencing
+    #: watcher does not take the released name for someone else's doing.
+    deleting: bool = False
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def attach(self, start: int) -> None:

@@ -134,7 +134,7 @@ class Runtime:
             for h in hosted:
                 owner = owners.get(h.name)
                 if owner is None:
-                    self.service.fence(h.name, "nobody (the name was deleted)")
+                    self.service.fence(h.name, None)
                 elif owner.instance != self.service.instance:
                     self.service.fence(h.name, owner.holder)
 

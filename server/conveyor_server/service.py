@@ -119,14 +119,19 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
                blob: bytes | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits)
 
-    def fence(self, name: str, holder: str) -> None:
+    def fence(self, name: str, holder: str | None) -> None:
+        """End the local pipeline ``name``: restored on ``holder``, or (None) deleted
+        through another server."""
         with self._lock:
             hosted = self._pipelines.get(name)
-        if hosted is not None and hosted.end(
-                f"pipeline {name!r} was restored on server {holder}: this server is "
-                "fenced and its stream and checkpoints are refused"):
-            log.warning("pipeline %s was restored on %s: fenced here", name, holder,
-                        extra={"pipeline": name, "holder": holder})
+        if hosted is None or hosted.deleting:
+            return
+        what = (f"was restored on server {holder}" if holder is not None
+                else "was deleted through another server")
+        if hosted.end(f"pipeline {name!r} {what}: this server is fenced and its stream and "
+                      "checkpoints are refused"):
+            log.warning("pipeline %s %s: fenced here", name, what,
+                        extra={"pipeline": name, "holder": holder or ""})
 
     # -- RPCs ----------------------------------------------------------------------------
 
@@ -155,8 +160,13 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
     def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
                        context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
         hosted = self._local(request.name)
-        if hosted.ended is None:
-            self.store.release(hosted.name, self.instance, request.keep_checkpoints)
+        hosted.deleting = True
+        try:
+            if hosted.ended is None:
+                self.store.release(hosted.name, self.instance, request.keep_checkpoints)
+        except BaseException:
+            hosted.deleting = False
+            raise
         with self._lock:
             self._pipelines.pop(hosted.name, None)
         hosted.end(f"pipeline {hosted.name!r} was deleted", NotFound)
