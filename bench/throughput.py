@@ -6,7 +6,8 @@ Contenders (images/s, batch 8 and 64):
   (client and server share the 2 cores)
 - hand-written loop: read bytes -> cv2.imdecode (RGB) -> cv2.warpAffine -> cv2.resize
   (INTER_AREA: the same antialiased shrink our resize does by default, as DALI's does),
-  a thread pool of 2, batch by batch: the practical limit over the same libraries
+  a thread pool of 2 with OpenCV's own threads off, batch by batch: the practical limit
+  over the same libraries
 - NVIDIA DALI on the CPU (``device_id=None``), if ``nvidia.dali`` imports
   (``pip install nvidia-dali-cuda120``: the wheel runs on a machine without a GPU). Its CPU
   ``rotate`` is its bottleneck here: on the 2-core machine (DALI 2.4, quiet), decode alone
@@ -107,6 +108,7 @@ def hand_written(files: list[str], batch: int, batches: int) -> Callable[[], flo
         return cv2.resize(img, (224, 224), interpolation=cv2.INTER_AREA)
 
     def run() -> float:
+        cv2.setNumThreads(1)  # parallel across images, as the engine does
         with ThreadPoolExecutor(THREADS) as pool:
             order = rng.permutation(len(files))
             cursor = itertools.count()

@@ -341,3 +341,32 @@ def test_a_batch_reports_its_first_bad_sample_whatever_the_threads(tmp_path: Pat
     for _ in range(3):
         with Pipeline(spec) as pipe, pytest.raises(DataFileError, match="img_002.jpg"):
             pipe.run()
+
+
+def test_opencv_threads_change_nothing_but_speed(tmp_path: Path) -> None:
+    """The engine turns OpenCV's own threads off; the bytes must not depend on it. The
+    images are large enough for OpenCV to split its calls over threads."""
+    import cv2
+
+    root = make_image_folder(tmp_path / "big", counts=(3, 2), size=(405, 470))
+    spec = rotate_pipeline(str(root), batch_size=5)
+    resized = seed_with_resize(str(root))
+    outputs = {}
+    try:
+        for threads in (4, 1):
+            with Pipeline(spec) as pipe, Pipeline(resized) as other:
+                cv2.setNumThreads(threads)  # after the engine set its own
+                assert cv2.getNumThreads() == threads
+                outputs[threads] = (batch_bytes(pipe.run()), batch_bytes(other.run()))
+    finally:
+        cv2.setNumThreads(1)
+    assert outputs[4] == outputs[1]
+
+
+@pipeline_def(batch_size=5, num_threads=2, seed=3, enable_checkpointing=True)
+def seed_with_resize(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root)
+    images = fn.decoders.image(jpegs, output_type=types.RGB)
+    images = fn.rotate(images, angle=fn.random.uniform(range=(-30.0, 30.0)), fill_value=0,
+                       keep_size=True)
+    return fn.resize(images, size=(224, 224)), labels

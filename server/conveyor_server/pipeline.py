@@ -37,6 +37,7 @@ from conveyor_server import checkpoint as ckpt
 from conveyor_server.batch_work import BatchWork
 from conveyor_server.engine_id import engine_id
 from conveyor_server.limits import NO_LIMITS, EngineLimits
+from conveyor_server.ops.threads import single_threaded_opencv
 from conveyor_server.plan import Plan, Ref, build_plan
 
 Batch = tuple[TensorList, ...]
@@ -62,6 +63,7 @@ class Pipeline:
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
         self._plan: Plan = build_plan(spec, roots, limits)
+        single_threaded_opencv()
         self._limits = limits
         self._batch_size = spec.batch_size
         base = 0
