@@ -25,6 +25,7 @@ from conveyor_server.demo import rotate_pipeline
 from conveyor_server.launch import read_metrics_address, spawn_server, stop_server, wait_serving
 from conveyor_server.limits import EngineLimits
 from conveyor_server.main import load_config
+from conveyor_server.redis_connect import connect
 from conveyor_server.redis_process import RedisProcess
 from conveyor_server.startup import load_spec
 from tests.resume import batch_bytes, run_batches
@@ -80,11 +81,36 @@ def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
      r"pipelines\[1\]\.name: 'a' appears twice"),
     ({"pipelines": [{"spec": {}}]}, {}, r"pipelines\[0\]\.name: required"),
     ({"log": {"format": "xml"}}, {}, r"log\.format: expected one of json, text"),
+    ({}, {"CONVEYOR_AUTH_TOKEN": ""}, r"auth\.token: set, but empty \(from environment"),
+    ({"auth": {"token": " "}}, {}, r"auth\.token: set, but empty"),
+    ({}, {"CONVEYOR_DRAIN_GRACE_S": "nan"}, r"drain\.grace_s: expected a finite number"),
+    ({"redis": {"timeout_s": float("inf")}}, {}, r"redis\.timeout_s: expected a finite"),
+    ({"pipelines": [{"name": "a", "spec": {}, "keep_checkpoints": -5}]}, {},
+     r"pipelines\[0\]\.keep_checkpoints: must be at least 1"),
 ])
 def test_bad_configuration_names_the_key(tmp_path: Path, doc: dict[str, object],
                                          env: dict[str, str], message: str) -> None:
     with pytest.raises(configuration.ConfigError, match=message):
         configuration.load(write(tmp_path / "s.yaml", doc), env)
+
+
+def test_the_canonical_variable_wins_over_its_old_alias() -> None:
+    env = {"CONVEYOR_TOKEN": "old", "CONVEYOR_AUTH_TOKEN": "new"}
+    assert configuration.load(None, env).auth.token == "new"
+    assert configuration.load(None, {"CONVEYOR_TOKEN": "old"}).auth.token == "old"
+
+
+def test_malformed_files_and_urls_are_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"listen: \xff\xfe\n")
+    with pytest.raises(configuration.ConfigError, match="not UTF-8"):
+        configuration.load(path)
+    for url in ("redis://h:abc/0", "redis://h:99999/0"):
+        with pytest.raises(errors.InvalidArgument, match="redis.url"):
+            connect(configuration.RedisConfig(url=url))
+    with pytest.raises(errors.Unavailable, match="unreachable"):
+        connect(configuration.RedisConfig(url="redis://127.0.0.1:1/0", mode="cluster",
+                                          timeout_s=0.5))
 
 
 def test_bad_yaml_says_where(tmp_path: Path) -> None:
@@ -96,10 +122,11 @@ def test_bad_yaml_says_where(tmp_path: Path) -> None:
 
 def test_checks_beyond_types(tmp_path: Path) -> None:
     with pytest.raises(configuration.ConfigError, match=r"data_roots\[0\]: '/nope' is not a"):
-        load_config(["--data-root", "/nope"])
+        load_config(["--data-root", "/nope"], env={})
     with pytest.raises(configuration.ConfigError, match=r"metrics\.listen: '9464' is not"):
-        load_config(["--data-root", str(tmp_path), "--metrics-listen", "9464"])
-    cfg = load_config(["--data-root", str(tmp_path), "--port", "0", "--host", "127.0.0.1"])
+        load_config(["--data-root", str(tmp_path), "--metrics-listen", "9464"], env={})
+    cfg = load_config(["--data-root", str(tmp_path), "--port", "0", "--host", "127.0.0.1"],
+                      env={})
     assert cfg.listen == "127.0.0.1:0"
 
 
@@ -261,3 +288,29 @@ def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: 
     assert load_spec(entry, 0) == rotate_pipeline(root)
     assert cli(["spec", "my_pipelines:nothing"]) == 1
     assert "cannot load my_pipelines:nothing" in capsys.readouterr().err
+    assert cli(["spec", "my_pipelines:train"]) == 1  # missing argument
+    assert "my_pipelines:train() failed: TypeError" in capsys.readouterr().err
+
+
+def test_a_failed_start_releases_the_names_it_created(
+        redis_proc: RedisProcess, image_root: Path, tmp_path: Path) -> None:
+    spec = json_format.MessageToDict(rotate_pipeline(str(image_root / "imgs")))
+    first = ServerProcess(redis_proc.url, [image_root], tmp_path).start()
+    try:
+        with conveyor.Client(first.address, timeout=20) as c:
+            c.create("taken", rotate_pipeline(str(image_root / "imgs")))
+            path = write(tmp_path / "s.yaml", {"pipelines": [
+                {"name": "fresh", "spec": spec},
+                {"name": "taken", "spec": spec, "if_exists": "fail"}]})
+            proc = subprocess.run(
+                [sys.executable, "-m", "conveyor_server.main", "--config", str(path),
+                 "--host", "127.0.0.1", "--port", "0", "--redis-url", redis_proc.url,
+                 "--data-root", str(image_root)],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert proc.returncode == 2, proc.stderr
+            assert "'taken'" in proc.stderr and "if_exists: fail" in proc.stderr
+            with pytest.raises(errors.NotFound):
+                c.pipeline("fresh")  # created, then released when the start failed
+            assert c.pipeline("taken").holder == first.address
+    finally:
+        first.stop()

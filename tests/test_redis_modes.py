@@ -106,7 +106,7 @@ def test_two_servers_resume_through_each_mode(mode: RedisMode, image_root: Path,
             server.stop()
 
 
-def test_tls_without_the_ca_is_refused_clearly(tmp_path: Path) -> None:
+def test_tls_without_a_client_certificate_is_refused_clearly(tmp_path: Path) -> None:
     try:
         started = STARTERS["tls"](tmp_path)
     except ModeUnsupported as exc:

@@ -92,7 +92,13 @@ def _export_spec(target: str, arguments: Sequence[str], fmt: str) -> None:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise InvalidArgument(f"cannot load {target}: {exc}") from None
-    spec = function(*arguments)
+    try:
+        spec = function(*arguments)
+    except ConveyorError:
+        raise
+    except Exception as exc:
+        raise InvalidArgument(f"{target}{tuple(arguments)!r} failed: "
+                              f"{type(exc).__name__}: {exc}") from None
     if not isinstance(spec, pipeline_pb2.PipelineSpec):
         raise InvalidArgument(f"{target} returned {type(spec).__name__}, not a pipeline spec "
                               "(decorate it with @pipeline_def)")

@@ -99,7 +99,8 @@ class Client:
         reply = self._call("Restore", request)
         if consumed is not None and consumed < reply.batches:
             raise errors.InvalidArgument(
-                f"consumed={consumed} is before the checkpoint's position ({reply.batches})")
+                f"consumed={consumed} is before the checkpoint's position ({reply.batches}); "
+                f"the pipeline was restored at batch {reply.batches} on {reply.pipeline.holder}")
         return RemotePipeline(self, reply.pipeline, consumed=consumed)
 
     def attach(self, name: str) -> RemotePipeline:

@@ -92,7 +92,7 @@ class PipelineEntry:
     spec_file: str | None = None
     #: Or the spec itself, as the mapping protobuf JSON would hold.
     spec: Mapping[str, Any] | None = None
-    keep_checkpoints: int | None = None
+    keep_checkpoints: int | None = field(default=None, metadata={"min": 1, "max": 2**32 - 1})
     #: When the name is already claimed: leave it ("skip"), take it over from its latest
     #: checkpoint ("restore"), or refuse to start ("fail").
     if_exists: Literal["skip", "restore", "fail"] = "skip"
@@ -147,7 +147,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
     where = str(path) if path is not None else "the defaults"
     leaves = leaf_paths()
     by_env = {env_name(p): p for p in leaves} | ENV_ALIASES
-    for name, value in sorted((env or {}).items()):
+    # Older aliases first, so that the canonical name wins where both are set.
+    for name, value in sorted((env or {}).items(), key=lambda kv: kv[0] not in ENV_ALIASES):
         key = by_env.get(name)
         if key is not None:
             set_path(raw, key, value, text=True)
@@ -159,6 +160,17 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
         origins[key] = "the command line"
     base = Path(path).parent if path is not None else Path.cwd()
     config = build(ServerConfig, raw, "", where, origins)
+    auth = raw.get("auth")
+    for secret in ("token", "token_file"):
+        given = auth.get(secret) if isinstance(auth, dict) else None
+        # Null in the file is the default; an empty string, or an empty or null value from
+        # the environment or a flag, is a secret that went missing.
+        explicit = f"auth.{secret}" in origins or isinstance(given, str)
+        if isinstance(auth, dict) and secret in auth and explicit \
+                and not str(given or "").strip():
+            raise ConfigError(f"auth.{secret}: set, but empty (from "
+                              f"{origins.get('auth.' + secret, where)}): unset it to run "
+                              "without authentication; an empty secret does not turn it off")
     return dataclasses.replace(config, source=str(path) if path is not None else None,
                                pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
 

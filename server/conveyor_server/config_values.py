@@ -7,6 +7,7 @@ came from (the file, an environment variable, or the command line).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read the configuration file {str(path)!r}: "
                           f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -143,9 +146,14 @@ def coerce(value: Any, hint: Any, path: str, source: str,
         return _bool(value, path, source, got)
     if target in (int, float):
         number = _number(value, target, path, source, got)
+        if not math.isfinite(number):
+            raise ConfigError(f"{path}: expected a finite number, {got} (from {source})")
         low = (metadata or {}).get("min")
         if low is not None and number < low:
             raise ConfigError(f"{path}: must be at least {low}, {got} (from {source})")
+        high = (metadata or {}).get("max")
+        if high is not None and number > high:
+            raise ConfigError(f"{path}: must be at most {high}, {got} (from {source})")
         return number
     if target is str:
         if not isinstance(value, str):

@@ -11,7 +11,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from conveyor.errors import ConsumerBusy, ConveyorError, FailedPrecondition, Fenced
+from conveyor.errors import (
+    ConsumerBusy,
+    ConveyorError,
+    FailedPrecondition,
+    Fenced,
+    InvalidArgument,
+)
 from conveyor.v1 import service_pb2
 from conveyor_server.pipeline import Pipeline
 
@@ -49,11 +55,20 @@ class HostedPipeline:
                 raise FailedPrecondition(
                     f"pipeline {self.name!r}: cannot stream from batch {start}: this server "
                     f"holds it from batch {lowest} on")
-            # A consumer ahead of what was produced here (one that kept consuming what a
-            # draining server had sent after its checkpoint) starts after what it has:
+            produced = self.engine.batches_produced
+            if start > produced and produced != lowest:
+                raise FailedPrecondition(
+                    f"pipeline {self.name!r}: cannot stream from batch {start}: only "
+                    f"{produced} were produced")
+            # A consumer ahead of a freshly restored pipeline (one that kept consuming what
+            # a draining server had sent after its checkpoint) starts after what it has:
             # the engine jumps there in O(1).
             if start != self.engine.batches_returned:
-                self.engine.seek(start)
+                try:
+                    self.engine.seek(start)
+                except (ValueError, OverflowError):
+                    raise InvalidArgument(f"pipeline {self.name!r}: batch {start} is out of "
+                                          "range") from None
             self.sent = self.acknowledged = start
             self.streaming = True
 

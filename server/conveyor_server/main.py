@@ -7,9 +7,11 @@ variables and the flags below, later ones winning.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,22 +72,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def overrides_from(args: argparse.Namespace, file_listen: str | None) -> dict[str, Any]:
+def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     out = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
            if getattr(args, dest) is not None}
     if "data_roots" in out:
         out["data_roots"] = tuple(out["data_roots"])
-    if args.host is not None or args.port is not None:
-        host, _, port = (out.get("listen") or file_listen or "0.0.0.0:50051").rpartition(":")
-        out["listen"] = f"{args.host if args.host is not None else host}:" \
-                        f"{args.port if args.port is not None else port}"
     return out
 
 
-def load_config(argv: list[str] | None = None) -> configuration.ServerConfig:
+def load_config(argv: list[str] | None = None,
+                env: Mapping[str, str] | None = None) -> configuration.ServerConfig:
     args = parse_args(argv)
-    base = configuration.load(args.config, os.environ)
-    cfg = configuration.load(args.config, os.environ, overrides_from(args, base.listen))
+    cfg = configuration.load(args.config, os.environ if env is None else env,
+                             overrides_from(args))
+    if args.host is not None or args.port is not None:
+        # --host / --port replace a part of whatever listen address the sources gave.
+        host, _, port = cfg.listen.rpartition(":")
+        cfg = dataclasses.replace(cfg, listen=f"{args.host if args.host is not None else host}"
+                                  f":{args.port if args.port is not None else port}")
     check_config(cfg)
     return cfg
 
@@ -131,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(cfg.log.level, cfg.log.format)
         specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
         token = read_token(cfg)
+        if token is None:
+            log.info("no auth.token or auth.token_file: clients are not authenticated")
         url = cfg.redis.url
         if not url and cfg.redis.mode == "standalone":
             embedded = RedisProcess(Path(cfg.state_dir) / "redis", appendonly=True).start()

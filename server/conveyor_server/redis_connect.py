@@ -7,15 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from conveyor.errors import InvalidArgument
+from conveyor.errors import InvalidArgument, Unavailable
 from conveyor_server.config import RedisConfig
 
 
@@ -62,8 +63,20 @@ def _host_port(address: str, what: str) -> tuple[str, int]:
 
 
 def connect(cfg: RedisConfig, url: str | None = None) -> Connection:
-    """A client for ``cfg`` (``url`` overrides ``cfg.url``, e.g. the private server's)."""
-    url = url or cfg.url
+    """A client for ``cfg`` (``url`` overrides ``cfg.url``, e.g. the private server's).
+    A malformed URL is ``InvalidArgument``; a cluster that cannot be reached to read its
+    slots is ``Unavailable``."""
+    try:
+        return _connect(cfg, url or cfg.url)
+    except ValueError as exc:
+        raise InvalidArgument(f"redis.url: {exc}") from None
+    except (redis.RedisError, RedisClusterException, OSError) as exc:
+        where = safe_address(url or cfg.url or "")
+        raise Unavailable(f"Redis at {where} is unreachable: {type(exc).__name__}: "
+                          f"{exc}") from None
+
+
+def _connect(cfg: RedisConfig, url: str | None) -> Connection:
     common: dict[str, Any] = {
         "socket_timeout": cfg.timeout_s, "socket_connect_timeout": cfg.timeout_s,
         "retry": Retry(NoBackoff(), 0),
@@ -104,9 +117,15 @@ def _sentinel(cfg: RedisConfig, url: str | None, common: dict[str, Any],
     if tls or (parts is not None and parts.scheme == "rediss"):
         tls = {"ssl": True, **tls}
     kwargs = {**common, **tls}
+    if parts is not None and parts.scheme not in ("redis", "rediss"):
+        raise InvalidArgument(f"redis.url: sentinel mode takes redis:// or rediss:// for the "
+                              f"master's password and database, got {parts.scheme}://")
+    if parts is not None and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        raise InvalidArgument(f"redis.url: database {parts.path.strip('/')!r} is not a number")
     sentinel = Sentinel(nodes, sentinel_kwargs=dict(kwargs), **kwargs)
     client = sentinel.master_for(
-        cfg.master_name, db=db, password=parts.password if parts else None,
-        username=parts.username if parts else None)
+        cfg.master_name, db=db,
+        password=unquote(parts.password) if parts and parts.password else None,
+        username=unquote(parts.username) if parts and parts.username else None)
     where = ",".join(f"{h}:{p}" for h, p in nodes)
     return Connection(client, f"sentinel {where} master {cfg.master_name}", cluster=False)

@@ -134,9 +134,9 @@ class Runtime:
             for h in hosted:
                 owner = owners.get(h.name)
                 if owner is None:
-                    self.service.fence(h.name, None)
+                    self.service.fence(h, None)
                 elif owner.instance != self.service.instance:
-                    self.service.fence(h.name, owner.holder)
+                    self.service.fence(h, owner.holder)
 
     def drain(self, grace: float) -> None:
         """NOT_SERVING; checkpoint every pipeline at its acknowledged position and end each

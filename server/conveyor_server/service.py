@@ -119,12 +119,14 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
                blob: bytes | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits)
 
-    def fence(self, name: str, holder: str | None) -> None:
-        """End the local pipeline ``name``: restored on ``holder``, or (None) deleted
-        through another server."""
+    def fence(self, seen: HostedPipeline, holder: str | None) -> None:
+        """End the local pipeline ``seen`` (as the watcher saw it): restored on ``holder``,
+        or (None) deleted through another server. Nothing happens if the name now holds
+        another pipeline (deleted and created again here meanwhile) or is being deleted."""
+        name = seen.name
         with self._lock:
             hosted = self._pipelines.get(name)
-        if hosted is None or hosted.deleting:
+        if hosted is not seen or hosted.deleting:
             return
         what = (f"was restored on server {holder}" if holder is not None
                 else "was deleted through another server")
@@ -160,12 +162,14 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
     def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
                        context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
         hosted = self._local(request.name)
-        hosted.deleting = True
+        with hosted.cond:
+            mine, hosted.deleting = not hosted.deleting, True
         try:
             if hosted.ended is None:
                 self.store.release(hosted.name, self.instance, request.keep_checkpoints)
         except BaseException:
-            hosted.deleting = False
+            if mine:
+                hosted.deleting = False
             raise
         with self._lock:
             self._pipelines.pop(hosted.name, None)

@@ -54,11 +54,29 @@ def load_spec(entry: PipelineEntry, index: int) -> pipeline_pb2.PipelineSpec:
 def start_pipelines(client: Client, entries: tuple[PipelineEntry, ...],
                     loaded: list[pipeline_pb2.PipelineSpec]) -> None:
     """Create each configured pipeline; a name already claimed is skipped, taken over from
-    its latest checkpoint, or refused, as its ``if_exists`` says."""
+    its latest checkpoint, or refused, as its ``if_exists`` says. If one fails, the names
+    created here before it are released again, so a failed start leaves nothing claimed
+    by a server that is gone."""
+    created: list[str] = []
+    try:
+        _start(client, entries, loaded, created)
+    except BaseException:
+        for name in reversed(created):
+            try:
+                client.delete(name)
+            except errors.ConveyorError as exc:
+                log.warning("could not release %s after a failed start: %s", name,
+                            exc.message, extra={"pipeline": name})
+        raise
+
+
+def _start(client: Client, entries: tuple[PipelineEntry, ...],
+           loaded: list[pipeline_pb2.PipelineSpec], created: list[str]) -> None:
     for entry, spec in zip(entries, loaded, strict=True):
         keep = entry.keep_checkpoints or 0
         try:
             client.create(entry.name, spec, keep_checkpoints=keep)
+            created.append(entry.name)
             log.info("created pipeline %s from the configuration", entry.name,
                      extra={"pipeline": entry.name})
             continue

@@ -22,6 +22,7 @@ address without credentials.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from conveyor.errors import (
 from conveyor_server.config import RedisConfig
 from conveyor_server.redis_connect import Connection, connect
 
+log = logging.getLogger("conveyor.server")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
 
@@ -224,9 +226,20 @@ class Store:
         return keys if self.cluster else [*keys, PIPELINES_KEY]
 
     def _update_set(self, command: str, name: str) -> None:
-        if self.cluster:
+        """Cluster only: keep the listing set in step. Best effort: the claim itself is
+        done, so a failure here is logged, never raised (listing checks owners anyway)."""
+        if not self.cluster:
+            return
+        try:
             self._call("update the name set",
                        lambda: getattr(self._redis, command)(PIPELINES_KEY, name))
+            if command == "srem" and self.owner(name) is not None:
+                # Claimed again between our release and this removal: list it again.
+                self._call("update the name set",
+                           lambda: self._redis.sadd(PIPELINES_KEY, name))
+        except Unavailable as exc:
+            log.warning("could not update the name set for %s: %s", name, exc.message,
+                        extra={"pipeline": name})
 
     def owner(self, name: str) -> Owner | None:
         raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
