@@ -21,7 +21,7 @@ import simplejpeg
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
 from conveyor_server.devices import cuda_device_count
 from conveyor_server.limits import NO_LIMITS, EngineLimits
-from conveyor_server.ops import jpeg_fast
+from conveyor_server.ops import jpeg_fast, jpeg_markers
 from conveyor_server.ops.registry import BuiltOp, OpContext, SampleFn, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
@@ -51,7 +51,6 @@ _SIGNATURES = (
 )
 
 _JPEG_EOI = b"\xff\xd9"
-_JPEG_SOS = 0xDA
 #: Bytes some writers leave after a JPEG's end-of-image marker.
 _PADDING = b"\x00 \t\r\n"
 
@@ -68,24 +67,10 @@ def sniff_format(data: np.ndarray) -> str:
 
 
 def _jpeg_scan_start(data: bytes) -> int | None:
-    """Offset of the first start-of-scan marker, walking the marker segments before it.
-
-    Walking by segment lengths skips an EXIF thumbnail, which is a whole JPEG of its own.
-    """
-    pos = 2  # after SOI
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-            continue
-        if marker == _JPEG_SOS:
+    """Offset of the first start-of-scan marker, or None."""
+    for marker, pos, _ in jpeg_markers.segments(data):
+        if marker == jpeg_markers.SOS:
             return pos
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
-            pos += 2
-            continue
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
     return None
 
 

@@ -16,32 +16,22 @@ from typing import Literal
 import numpy as np
 import simplejpeg
 
+from conveyor_server.ops import jpeg_markers
+
 #: Part of the decoder's identity in checkpoints.
 VERSION = f"simplejpeg {simplejpeg.__version__}"
 
-_APP1 = 0xE1
-_SOS = 0xDA
 _ORIENTATION_TAG = 0x0112
 
 
 def exif_orientation(data: np.ndarray) -> int:
     """The EXIF orientation of a JPEG (1 when it has none), or 0 when it cannot be read."""
-    head = data[:65536].tobytes()  # APP segments come first; each is under 64 KiB
-    pos = 2
-    while pos + 4 <= len(head):
-        if head[pos] != 0xFF:
-            return 0
-        marker = head[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker == _SOS or 0xD0 <= marker <= 0xD7 or marker == 0x01:
+    for marker, pos, length in jpeg_markers.segments(data):
+        if marker == jpeg_markers.SOS:
             return 1
-        length = int.from_bytes(head[pos + 2:pos + 4], "big")
-        if marker == _APP1 and head[pos + 4:pos + 10] == b"Exif\0\0":
-            return _tiff_orientation(head[pos + 10:pos + 2 + length])
-        pos += 2 + length
-    return 1 if pos >= len(data) else 0
+        if marker == jpeg_markers.APP1 and bytes(data[pos + 4:pos + 10]) == b"Exif\0\0":
+            return _tiff_orientation(bytes(data[pos + 10:pos + 2 + length]))
+    return 0
 
 
 def _tiff_orientation(tiff: bytes) -> int:
