@@ -113,8 +113,6 @@ class ServerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     pipelines: tuple[PipelineEntry, ...] = ()
-    #: The file this configuration was read from, if any (not a key).
-    source: str | None = field(default=None, metadata={"internal": True})
 
 
 def leaf_paths(cls: type = ServerConfig, prefix: str = "") -> dict[str, Any]:
@@ -122,7 +120,7 @@ def leaf_paths(cls: type = ServerConfig, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.metadata.get("internal") or f.name == "pipelines":
+        if f.name == "pipelines":
             continue
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
@@ -171,7 +169,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
             raise ConfigError(f"auth.{secret}: set, but empty (from "
                               f"{origins.get('auth.' + secret, where)}): unset it to run "
                               "without authentication; an empty secret does not turn it off")
-    return dataclasses.replace(config, source=str(path) if path is not None else None,
+    return dataclasses.replace(config,
                                pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
 
 

@@ -68,7 +68,7 @@ def build(cls: type, raw: Any, prefix: str, where: str, origins: Mapping[str, st
         raise ConfigError(f"{prefix.rstrip('.') or 'the file'}: expected a mapping, got "
                           f"{raw!r} (in {where})")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(map(str, raw)) - set(fields))
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}: unknown key in {where} (known keys"

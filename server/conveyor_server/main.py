@@ -102,9 +102,9 @@ def check_config(cfg: configuration.ServerConfig) -> None:
     for i, root in enumerate(cfg.data_roots):
         if not Path(root).is_dir():
             raise err(f"data_roots[{i}]: {root!r} is not a directory")
-    for key in ("listen", "metrics.listen", "advertise"):
-        value = cfg.listen if key == "listen" else (
-            cfg.metrics.listen if key == "metrics.listen" else cfg.advertise)
+    addresses = {"listen": cfg.listen, "metrics.listen": cfg.metrics.listen,
+                 "advertise": cfg.advertise}
+    for key, value in addresses.items():
         if value is None:
             continue
         host, sep, port = value.rpartition(":")
