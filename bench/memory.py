@@ -5,13 +5,13 @@ Each run starts a fresh server (with its private Redis, whose memory is not coun
 batch size and reads the server process's VmRSS (``/proc/PID/status``) one second after
 each step: empty; then with 1, 4 and 8 idle pipelines (created, never streamed); then with
 1, 4 and 8 of them active (each streamed by its own client stream, which consumed one
-batch and stays open, so the engine's prefetch, the pump's encoded batch and gRPC's
-buffers are resident). The per-pipeline increment is the slope of a least-squares line
-through those points. The active increment at the two batch sizes splits into a part
-that grows with the batch (its multiple of batch bytes, compared with prefetch depth + 2)
-and a fixed part per active pipeline (threads, buffers, allocator arenas). The pipeline is
-the seed notebook's (``conveyor_server.demo.rotate_pipeline``: prefetch 2, rotated images
-unresized), at batch 8 and 24.
+batch and stays open, so the engine's prefetch, the batch being sent, the frame being
+encoded and gRPC's buffers are resident). The per-pipeline increment is the slope of a
+least-squares line through those points. The active increment at the two batch sizes
+splits into a part that grows with the batch (its multiple of batch bytes, compared with
+prefetch depth + 2) and a fixed part per active pipeline (threads, buffers, allocator
+arenas). The pipeline is the seed notebook's (``conveyor_server.demo.rotate_pipeline``:
+prefetch 2, rotated images unresized), at batch 8 and 24.
 
 Run: python -m bench.memory [--quick] [--runs N]
 """

@@ -16,6 +16,10 @@ Contenders (images/s, batch 8 and 64):
 - a PyTorch DataLoader with 2 worker processes and PIL (rotate bilinear, resize bilinear,
   which PIL antialiases), if ``torch`` imports (``pip install torch==2.13.0 pillow``)
 
+The benchmark process runs with the allocator settings the client applies when it opens a
+stream (``conveyor.allocator``), set once at the start, so every contender in it runs with
+the same malloc.
+
 Each run builds its contender afresh, warms it up with 2 batches, times a fixed number of
 batches and shuts it down (so no contender computes ahead while another one is timed).
 
@@ -47,6 +51,7 @@ from bench._shared import (
     table,
 )
 from conveyor import fn, pipeline_def, types
+from conveyor.allocator import DEFAULT, tune_malloc
 from conveyor_server import Pipeline
 
 THREADS = 2
@@ -184,6 +189,7 @@ def torch_loader(files: list[str], batch: int, batches: int) -> Callable[[], flo
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
+    tune_malloc(DEFAULT)
     data = make_dataset(args.data, args.images)
     root = str(data)
     files = image_files(data)

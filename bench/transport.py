@@ -8,6 +8,10 @@
   cost of the stream format alone, without the engine, the pump and the acknowledgements
 - bare grpcio: a grpcio server process streaming prebuilt ``bytes`` messages of the same
   frame size (no protobuf, no assembly): what gRPC itself costs
+
+Every process here runs with the glibc malloc settings conveyor-server and the client use
+(``conveyor.allocator``): without them, the receiving side of every gRPC contender faults
+in each megabyte afresh, and the comparison would measure the allocator.
 - raw TCP: a plain socket sender process and receiver (``recv_into`` one buffer): the
   ceiling on loopback
 
@@ -33,6 +37,7 @@ import numpy as np
 import conveyor
 from bench._shared import Server, interleaved, machine, median, parse_args, ratio, spread, table
 from conveyor import fn, pipeline_def
+from conveyor.allocator import DEFAULT, tune_malloc
 from conveyor.tensor_list import TensorList
 from conveyor.wire import BatchAssembler, encode_frames
 
@@ -44,6 +49,7 @@ METHOD = "/bench.Bare/Stream"
 def _bare_server(size: int, wire: bool) -> None:
     """Child process: a grpcio server streaming one batch forever, as prebuilt frames or
     encoded afresh by Conveyor's wire format for every batch."""
+    tune_malloc(DEFAULT)
     payload = os.urandom(size)
     frames = [payload[i:i + FRAME] for i in range(0, size, FRAME)]
     batch = (TensorList([np.frombuffer(payload, dtype=np.uint8).copy()]),)
@@ -182,6 +188,7 @@ def main() -> None:
             _bare_server(size, wire=role == "wire")
         return
     args = parse_args(__doc__.splitlines()[0])
+    tune_malloc(DEFAULT)
     total = (64 << 20) if args.quick else (512 << 20)
     print(f"# Transport on loopback ({machine()})\n# GB/s of batch payload, median of "
           f"{args.runs} interleaved runs (min-max); ratios: median of per-run ratios "

@@ -59,15 +59,19 @@ def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
     env = {configuration.env_name("redis.sentinels"): "a:1, b:2",
            configuration.env_name("redis.mode"): "Sentinel",
            configuration.env_name("advertise"): "",
-           configuration.env_name("drain.grace_s"): "2.5"}
+           configuration.env_name("drain.grace_s"): "2.5",
+           "CONVEYOR_ALLOCATOR_TUNE": "false"}
     cfg = configuration.load(None, env)
     assert cfg.redis.sentinels == ("a:1", "b:2") and cfg.redis.mode == "sentinel"
     assert cfg.advertise is None and cfg.drain.grace_s == 2.5
+    assert cfg.allocator.tune is False and configuration.load(None, {}).allocator.tune
 
 
 @pytest.mark.parametrize(("doc", "env", "message"), [
     ({"redis": {"urll": "x"}}, {}, r"redis\.urll: unknown key in .*s\.yaml"),
     ({"listn": "x"}, {}, r"^listn: unknown key"),
+    ({"allocator": {"mmap_threshold_bytes": 1 << 30}}, {},
+     r"allocator\.mmap_threshold_bytes: must be at most 33554432"),
     ({"limits": {"max_pipelines": "many"}}, {},
      r"limits\.max_pipelines: expected an integer, got 'many' \(from .*s\.yaml\)"),
     ({}, {"CONVEYOR_LIMITS_MAX_PIPELINES": "0"},

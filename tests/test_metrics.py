@@ -90,7 +90,7 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
         payload = sum(len(data) for batch in consumed for out in batch_bytes(batch)
                       for _, _, data in out)
         assert frame_bytes(spec, 3) > payload > 0  # frames: the tensors plus headers
-        # The pump asked the engine for every batch sent, and at most for those produced.
+        # The stream asked the engine for every batch sent, and at most for those produced.
         assert sent <= value(samples, "conveyor_batch_latency_seconds_count") <= info.produced
         assert value(samples, "conveyor_batch_latency_seconds_sum") > 0
         assert value(samples, "conveyor_checkpoints_written_total") == 1

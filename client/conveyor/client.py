@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +18,16 @@ from typing import Any
 import grpc
 
 from conveyor import errors
+from conveyor.allocator import tune_client_process
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor.wire import BatchAssembler
 
 Batch = tuple[TensorList, ...]
 MAX_MESSAGE_BYTES = 64 << 20
+#: Acknowledgements are sent at most this often; the server's view of the consumed
+#: position (for a drain, or an operator's checkpoint) trails by at most this much.
+ACK_INTERVAL_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -172,13 +177,17 @@ class RemotePipeline:
         return self._consumed
 
     def _open(self) -> None:
+        tune_client_process()
         requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         first = service_pb2.StreamBatchesRequest(name=self.name, consumed=self._consumed)
 
         def outgoing() -> Iterator[service_pb2.StreamBatchesRequest]:
             yield first
+            sent_at = 0.0
             while (item := requests.get()) is not _END:
-                # Acknowledgements are cumulative: of those waiting, send the newest only.
+                # Acknowledgements are cumulative: at most one per ACK_INTERVAL_S, the newest
+                # (each one wakes a thread on both ends; a batch may take far less).
+                time.sleep(max(0.0, sent_at + ACK_INTERVAL_S - time.monotonic()))
                 while True:
                     try:
                         newer = requests.get_nowait()
@@ -188,6 +197,7 @@ class RemotePipeline:
                         yield item
                         return
                     item = newer
+                sent_at = time.monotonic()
                 yield item
 
         self._requests = requests

@@ -13,6 +13,7 @@ out views of it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -51,6 +52,12 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: np.dtype) -> str:
+    """The name a receiver rebuilds ``dtype`` from: 'uint8', or '>f4' if not native."""
+    return dtype.str if dtype.byteorder not in "=|" else dtype.name
+
+
 def batch_header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.BatchHeader,
                                                                       list[memoryview]]:
     """The header of a batch and the byte pieces of its samples, in wire order."""
@@ -69,7 +76,7 @@ def batch_header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2
                 pieces.append(memoryview(contiguous.reshape(-1).view(np.uint8).data))
                 total += contiguous.nbytes
         header.outputs.append(service_pb2.TensorHeader(
-            dtype=out.dtype.str if out.dtype.byteorder not in "=|" else out.dtype.name,
+            dtype=_dtype_name(out.dtype),
             layout=out.layout(), ndim=ndim, shapes=shapes))
     header.total_bytes = total
     return header, pieces
@@ -151,14 +158,24 @@ class BatchAssembler:
     def _outputs(header: service_pb2.BatchHeader, buffer: np.ndarray) -> tuple[TensorList, ...]:
         outputs = []
         offset = 0
+        count = header.batch_size
         for th in header.outputs:
             dtype = np.dtype(th.dtype)
-            samples = []
-            shapes = list(th.shapes)
-            for i in range(header.batch_size):
-                shape = tuple(shapes[i * th.ndim:(i + 1) * th.ndim])
+            shapes = np.asarray(th.shapes, dtype=np.int64).reshape(count, th.ndim)
+            samples: list[np.ndarray] = []
+            if count and (shapes == shapes[0]).all():
+                # One shape for all (the usual case): one view of the block, split by rows.
+                shape = tuple(int(d) for d in shapes[0])
                 nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                samples.append(buffer[offset:offset + nbytes].view(dtype).reshape(shape))
-                offset += nbytes
+                block = buffer[offset:offset + count * nbytes].view(dtype).reshape(
+                    (count, *shape))
+                samples = list(block) if shape else [block[i, ...] for i in range(count)]
+                offset += count * nbytes
+            else:
+                for row in shapes:
+                    shape = tuple(int(d) for d in row)
+                    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                    samples.append(buffer[offset:offset + nbytes].view(dtype).reshape(shape))
+                    offset += nbytes
             outputs.append(TensorList(samples, th.layout, dtype))
         return tuple(outputs)

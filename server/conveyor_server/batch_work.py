@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Executor, Future
+from concurrent.futures import CancelledError, Executor, Future, wait
 from typing import Any
 
 Sources = dict[int, Any]
@@ -48,6 +48,10 @@ class BatchWork:
         self._cancelled = True
         for f in self._futures:
             f.cancel()
+
+    def ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every task to end; True if they have."""
+        return not wait(self._futures, timeout).not_done
 
     def wait(self) -> None:
         """Block until every task has ended (cancelled ones included)."""

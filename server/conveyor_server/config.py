@@ -79,6 +79,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class AllocatorConfig:
+    #: Tune glibc malloc so that megabyte buffers are reused instead of mapped afresh for
+    #: every batch (see allocator.py); false leaves the C library's defaults.
+    tune: bool = True
+    mmap_threshold_bytes: int = field(default=32 << 20, metadata={"min": 0, "max": 32 << 20})
+    trim_threshold_bytes: int = field(default=64 << 20, metadata={"min": 0, "max": 2**31 - 1})
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "text"] = "text"
@@ -112,6 +121,7 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     pipelines: tuple[PipelineEntry, ...] = ()
 
 

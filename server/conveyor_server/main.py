@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.client import Client
 from conveyor.errors import ConveyorError
 from conveyor_server import config as configuration
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(argv)
         configure_logging(cfg.log.level, cfg.log.format)
+        if cfg.allocator.tune:
+            tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
+                                          cfg.allocator.trim_threshold_bytes))
         specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
         token = read_token(cfg)
         if token is None:

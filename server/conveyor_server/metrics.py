@@ -1,6 +1,6 @@
 """Prometheus metrics of one server, in a registry of its own.
 
-``Metrics()`` holds every metric; the service, the pump and the error mapping update it.
+``Metrics()`` holds every metric; the service and the error mapping update it.
 ``serve_metrics("HOST:PORT", metrics)`` exposes it over HTTP (``/metrics``; port 0 picks a
 free one). No label carries a pipeline name (names are unbounded): the only labels are the
 RPC method and status code, both fixed sets, and the build's fixed identity.
@@ -60,7 +60,7 @@ class Metrics:
             ["method", "code"], registry=r)
         self.batch_latency = Histogram(
             "conveyor_batch_latency_seconds",
-            "Time the engine took to return a batch to a stream's pump.",
+            "Time a stream waited for the engine's next batch.",
             buckets=LATENCY_BUCKETS, registry=r)
         self.checkpoint_latency = Histogram(
             "conveyor_checkpoint_latency_seconds",

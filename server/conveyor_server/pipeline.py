@@ -123,15 +123,7 @@ class Pipeline:
 
     def run(self) -> Batch:
         """The next batch: one TensorList per pipeline output."""
-        if self._closed:
-            raise FailedPrecondition("pipeline is closed")
-        try:
-            while len(self._inflight) < self._depth:
-                self._submit()
-        except RuntimeError:  # the pool was shut down by close() on another thread
-            if self._closed:
-                raise FailedPrecondition("pipeline is closed") from None
-            raise
+        self._fill()
         pending = self._inflight.popleft()
         try:
             results = pending.results()
@@ -155,6 +147,24 @@ class Pipeline:
     def __iter__(self) -> Iterator[Batch]:
         while True:
             yield self.run()
+
+    def next_ready(self, timeout: float) -> bool:
+        """Start the prefetch if needed and wait up to ``timeout`` seconds for the next
+        batch; True when ``run()`` will return (or raise) without waiting."""
+        self._fill()
+        return self._inflight[0].ready(timeout)
+
+    def _fill(self) -> None:
+        """Keep ``prefetch_queue_depth`` batches computing."""
+        if self._closed:
+            raise FailedPrecondition("pipeline is closed")
+        try:
+            while len(self._inflight) < self._depth:
+                self._submit()
+        except RuntimeError:  # the pool was shut down by close() on another thread
+            if self._closed:
+                raise FailedPrecondition("pipeline is closed") from None
+            raise
 
     def _submit(self) -> None:
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]

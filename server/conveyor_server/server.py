@@ -76,7 +76,7 @@ def _serialize_frame(message: object) -> bytes:
 def conveyor_handler(servicer: ConveyorService) -> grpc.GenericRpcHandler:
     """The service's handlers, read from its descriptor, as the generated
     ``add_ConveyorServicer_to_server`` would build them, except that StreamBatches frames
-    are sent as the bytes the pump encoded, without another copy through a message."""
+    are sent as the bytes the stream encoded, without another copy through a message."""
     service = service_pb2.DESCRIPTOR.services_by_name["Conveyor"]
     handlers = {}
     for method in service.methods:
