@@ -83,6 +83,15 @@ def warp_affine(image: np.ndarray, inverse: np.ndarray, out_hw: tuple[int, int],
                               interp, None if fill is None else fill[i:i + 4])
                   for i in range(0, channels, 4)]
         return np.concatenate(groups, axis=2)
+    if channels == 3 and interp in _VIA_FOUR_INTERP and image.dtype in _VIA_FOUR_DTYPES:
+        # OpenCV's nearest and linear warps are 1.4-2.6x faster on 4 channels than on 3
+        # (uint8 linear: 0.63 vs 1.51 ms on the benchmark images), more than the two
+        # channel conversions cost; every channel is warped alone, so the bytes are the
+        # same (tests/test_ops_rotate.py compares them).
+        four = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)
+        fill4 = None if fill is None else np.append(fill, 0)
+        return cv2.cvtColor(warp_affine(four, inverse, out_hw, interp, fill4),
+                            cv2.COLOR_RGBA2RGB)
     if fill is None:
         border: dict[str, Any] = {"borderMode": cv2.BORDER_REPLICATE}
     else:
@@ -90,6 +99,11 @@ def warp_affine(image: np.ndarray, inverse: np.ndarray, out_hw: tuple[int, int],
     out = cv2.warpAffine(image, inverse, (out_hw[1], out_hw[0]),
                          flags=interp | cv2.WARP_INVERSE_MAP, **border)
     return with_channels(out, channels)
+
+
+_VIA_FOUR_INTERP = frozenset((cv2.INTER_NEAREST, cv2.INTER_LINEAR))
+#: The dtypes OpenCV's RGB <-> RGBA conversion takes.
+_VIA_FOUR_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "float32"))
 
 
 @register("rotate")
