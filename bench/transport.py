@@ -5,7 +5,7 @@
   with ``conveyor.Client`` (frames of 1 MiB, one copy into the batch buffer)
 - conveyor wire format: the same grpcio server process encoding a prebuilt batch with
   ``conveyor.wire.encode_frames`` for every batch, received with ``BatchAssembler``: the
-  cost of the stream format alone, without the engine, the pump and the acknowledgements
+  cost of the stream format alone, without the engine and the acknowledgements
 - bare grpcio: a grpcio server process streaming prebuilt ``bytes`` messages of the same
   frame size (no protobuf, no assembly): what gRPC itself costs
 
