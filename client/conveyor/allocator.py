@@ -17,7 +17,6 @@ when it opens its first stream unless ``CONVEYOR_TUNE_MALLOC=0``. Only glibc has
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 from dataclasses import dataclass
@@ -49,13 +48,14 @@ _client_done = False
 def tune_malloc(settings: AllocatorSettings) -> bool:
     """Apply ``settings`` with glibc's ``mallopt``; False (and a debug line) where the C
     library is not glibc or refuses a value."""
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
+        # The symbols the process already has (no library search, which on Linux would
+        # run ldconfig in a subprocess).
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018 - present in glibc only
     except (OSError, AttributeError, TypeError):
-        log.debug("allocator settings skipped: the C library (%s) is not glibc", name)
+        log.debug("allocator settings skipped: the C library is not glibc")
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
