@@ -9,6 +9,12 @@ faults per MiB received and about 40 % of the receiving process's CPU. Raising t
 threshold and the trim threshold lets freed buffers be reused in place: the process keeps
 up to ``trim_threshold`` bytes of freed memory per malloc arena instead of returning it.
 
+That retention is the cost. The defaults here (32 MiB, 64 MiB) are the ceilings glibc's own
+adaptive thresholds may climb to by themselves, so they bound nothing glibc could not reach
+anyway; but they start there. glibc makes up to 8 arenas per core, each one used by the
+threads that allocate in it: a server with many cores and many pipelines may want a lower
+``allocator.trim_threshold_bytes`` (or ``allocator.tune: false``) to bound its RSS.
+
 The server applies this at start (``allocator.tune`` in its configuration), the client
 when it opens its first stream unless ``CONVEYOR_TUNE_MALLOC=0``. Only glibc has these
 ``mallopt`` parameters; elsewhere (musl, macOS) nothing changes.
