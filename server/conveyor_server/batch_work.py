@@ -49,15 +49,10 @@ class BatchWork:
         for f in self._futures:
             f.cancel()
 
-    def ready(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for every task to end; True if they have."""
+    def ready(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: for as long as it takes) for every task to
+        end, cancelled ones included; True if they have."""
         return not wait(self._futures, timeout).not_done
-
-    def wait(self) -> None:
-        """Block until every task has ended (cancelled ones included)."""
-        for f in self._futures:
-            if not f.cancelled():
-                f.exception()
 
     def results(self) -> list[list[Any]]:
         """Every sample's outputs in order, or the first sample's error; ``CancelledError``

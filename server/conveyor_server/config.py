@@ -30,6 +30,14 @@ class ConfigError(InvalidArgument):
     """The configuration cannot be used; the message names the key and its source."""
 
 
+def host_port(address: str, key: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` (or ``"[V6]:PORT"``) as (host, port); refused naming ``key``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
 @dataclass(frozen=True)
 class TlsConfig:
     ca_file: str | None = None

@@ -106,11 +106,8 @@ def check_config(cfg: configuration.ServerConfig) -> None:
     addresses = {"listen": cfg.listen, "metrics.listen": cfg.metrics.listen,
                  "advertise": cfg.advertise}
     for key, value in addresses.items():
-        if value is None:
-            continue
-        host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not host or int(port) > 65535:
-            raise err(f"{key}: {value!r} is not host:port")
+        if value is not None:
+            configuration.host_port(value, key)
     if cfg.auth.token and cfg.auth.token_file:
         raise err("auth: give token or token_file, not both")
 
@@ -158,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
             token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, metrics=metrics)
         if cfg.metrics.listen is not None:
-            metrics_http = serve_metrics(cfg.metrics.listen, metrics)[0]
+            metrics_http = serve_metrics(cfg.metrics.listen, metrics)
         runtime = Runtime(server, service, health_servicer)
         runtime.start(serving=not cfg.pipelines)
         runtime.install_signal_handlers(cfg.drain.grace_s)

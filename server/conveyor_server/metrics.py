@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import start_http_server
 
 from conveyor_server import __version__
+from conveyor_server.config import host_port
 from conveyor_server.engine_id import engine_id
 
 #: Seconds, from a fraction of a millisecond (a checkpoint of an idle pipeline) to seconds
@@ -107,22 +108,13 @@ class MetricsServer:
         self.thread.join(5)
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """"HOST:PORT" (or "[V6]:PORT") as (host, port); ValueError names what is wrong."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def serve_metrics(address: str, metrics: Metrics) -> tuple[MetricsServer, int]:
-    """Serve ``metrics`` at http://address/metrics on a daemon thread; returns the server
-    and the bound port (port 0 picks a free one). Raises OSError if it cannot listen."""
-    host, port = split_address(address)
+def serve_metrics(address: str, metrics: Metrics) -> MetricsServer:
+    """Serve ``metrics`` at http://address/metrics on a daemon thread (port 0 picks a free
+    one: see ``MetricsServer.port``). Raises OSError if it cannot listen."""
+    host, port = host_port(address, "metrics.listen")
     try:
         httpd, thread = start_http_server(port, addr=host, registry=metrics.registry)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot serve metrics on {address}: "
                                  f"{exc.strerror or exc}") from None
-    server = MetricsServer(httpd, thread)
-    return server, server.port
+    return MetricsServer(httpd, thread)

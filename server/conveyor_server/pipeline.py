@@ -43,8 +43,6 @@ from conveyor_server.plan import Plan, Ref, build_plan
 Batch = tuple[TensorList, ...]
 
 
-
-
 class Pipeline:
     def __init__(
         self,
@@ -177,7 +175,7 @@ class Pipeline:
     def wait_prefetched(self) -> None:
         """Block until the batches computed ahead are done (for tests and benchmarks)."""
         for pending in list(self._inflight):
-            pending.wait()
+            pending.ready(None)
 
     def seek(self, batches: int) -> None:
         """Continue from the position after ``batches`` batches (at or after this pipeline's

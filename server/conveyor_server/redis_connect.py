@@ -17,7 +17,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from conveyor.errors import InvalidArgument, Unavailable
-from conveyor_server.config import RedisConfig
+from conveyor_server.config import RedisConfig, host_port
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,6 @@ def _tls_kwargs(cfg: RedisConfig) -> dict[str, Any]:
         out["ssl_certfile"] = tls.cert_file
         out["ssl_keyfile"] = tls.key_file
     return out
-
-
-def _host_port(address: str, what: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise InvalidArgument(f"{what}: {address!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 def connect(cfg: RedisConfig, url: str | None = None) -> Connection:
@@ -110,7 +103,7 @@ def _sentinel(cfg: RedisConfig, url: str | None, common: dict[str, Any],
         raise InvalidArgument("redis.sentinels: sentinel mode needs at least one host:port")
     if not cfg.master_name:
         raise InvalidArgument("redis.master_name: sentinel mode needs the master's name")
-    nodes = [_host_port(a, "redis.sentinels") for a in cfg.sentinels]
+    nodes = [host_port(a, "redis.sentinels") for a in cfg.sentinels]
     # The url (optional here) carries the master's password and database.
     parts = urlsplit(url) if url else None
     db = int(parts.path.strip("/") or 0) if parts and parts.path.strip("/").isdigit() else 0

@@ -256,10 +256,10 @@ class ConveyorService(service_pb2_grpc.ConveyorServicer):
                     hosted.check_live()
                     if self.draining.is_set():
                         self._drain_stream(hosted)
-                    if engine.next_ready(0.1) or not context.is_active():
+                    if engine.next_ready(0.1):
                         break
-                if not context.is_active():
-                    return
+                    if not context.is_active():
+                        return
                 try:
                     batch = engine.run()
                 except DataFileError:

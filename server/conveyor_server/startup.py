@@ -40,9 +40,7 @@ def load_spec(entry: PipelineEntry, index: int) -> pipeline_pb2.PipelineSpec:
                 json_format.Parse(path.read_text(), spec)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-    except (json_format.ParseError, text_format.ParseError) as exc:
-        raise ConfigError(f"{where}: not a valid pipeline spec: {exc}") from None
-    except Exception as exc:  # DecodeError of a binary spec
+    except Exception as exc:  # json/text ParseError, or DecodeError of a binary spec
         raise ConfigError(f"{where}: not a valid pipeline spec: {exc}") from None
     try:
         specs.validate_spec(spec)

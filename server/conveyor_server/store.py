@@ -55,7 +55,6 @@ def check_name(name: str) -> str:
     return name
 
 
-
 def checkpoint_id(name: str, seq: int) -> str:
     return f"{name}:{seq}"
 
