@@ -8,7 +8,6 @@ the classes of ``conveyor.errors``, carrying the gRPC status code and message.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ Batch = tuple[TensorList, ...]
 MAX_MESSAGE_BYTES = 64 << 20
 #: Acknowledgements are sent at most this often; the server's view of the consumed
 #: position (for a drain, or an operator's checkpoint) trails by at most this much.
-ACK_INTERVAL_S = 0.002
+ACK_INTERVAL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,45 @@ def _checkpoint(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:
                       info.server)
 
 
-_END = object()
+class _Acknowledgements:
+    """The consumer's side of a stream: the opening request, then the consumed count.
+
+    Acknowledgements are cumulative, so only the newest count matters: it is sent at most
+    once per ``ACK_INTERVAL_S``, and only when it moved. The trainer's thread records the
+    count and wakes the sending thread only when that thread is waiting for news, so a fast
+    stream costs a few thread wake-ups per interval instead of several per batch.
+    """
+
+    def __init__(self, name: str, consumed: int) -> None:
+        self._first = service_pb2.StreamBatchesRequest(name=name, consumed=consumed)
+        self._consumed = consumed
+        self._news = threading.Event()
+        self._closed = False
+
+    def advance(self, consumed: int) -> None:
+        self._consumed = consumed  # read by requests() only after it clears _news
+        if not self._news.is_set():
+            self._news.set()
+
+    def close(self) -> None:
+        """Send the newest count (if it moved) and end the request side."""
+        self._closed = True
+        self._news.set()
+
+    def requests(self) -> Iterator[service_pb2.StreamBatchesRequest]:
+        yield self._first
+        sent = self._first.consumed
+        while True:
+            self._news.wait()
+            if not self._closed:
+                time.sleep(ACK_INTERVAL_S)  # gather what is consumed meanwhile
+            self._news.clear()
+            consumed = self._consumed
+            if consumed != sent:
+                sent = consumed
+                yield service_pb2.StreamBatchesRequest(consumed=consumed)
+            if self._closed:
+                return
 
 
 class RemotePipeline:
@@ -167,7 +204,7 @@ class RemotePipeline:
         self.name = info.name
         self.info = info
         self._consumed = info.acknowledged if consumed is None else consumed
-        self._requests: queue.SimpleQueue[Any] | None = None
+        self._acks: _Acknowledgements | None = None
         self._responses: Any = None
         self._lock = threading.Lock()
 
@@ -178,38 +215,17 @@ class RemotePipeline:
 
     def _open(self) -> None:
         tune_client_process()
-        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        first = service_pb2.StreamBatchesRequest(name=self.name, consumed=self._consumed)
-
-        def outgoing() -> Iterator[service_pb2.StreamBatchesRequest]:
-            yield first
-            sent_at = 0.0
-            while (item := requests.get()) is not _END:
-                # Acknowledgements are cumulative: at most one per ACK_INTERVAL_S, the newest
-                # (each one wakes a thread on both ends; a batch may take far less).
-                time.sleep(max(0.0, sent_at + ACK_INTERVAL_S - time.monotonic()))
-                while True:
-                    try:
-                        newer = requests.get_nowait()
-                    except queue.Empty:
-                        break
-                    if newer is _END:
-                        yield item
-                        return
-                    item = newer
-                sent_at = time.monotonic()
-                yield item
-
-        self._requests = requests
+        self._acks = _Acknowledgements(self.name, self._consumed)
         self._responses = self.client._stream_frames(
-            outgoing(), timeout=self.client.stream_timeout, metadata=self.client._metadata)
+            self._acks.requests(), timeout=self.client.stream_timeout,
+            metadata=self.client._metadata)
 
     def _close_stream(self) -> None:
-        if self._requests is not None:
-            self._requests.put(_END)
+        if self._acks is not None:
+            self._acks.close()
         if self._responses is not None:
             self._responses.cancel()
-        self._requests = self._responses = None
+        self._acks = self._responses = None
 
     def run(self) -> Batch:
         with self._lock:
@@ -230,8 +246,8 @@ class RemotePipeline:
                 self._close_stream()
                 raise
             self._consumed += 1
-            assert self._requests is not None
-            self._requests.put(service_pb2.StreamBatchesRequest(consumed=self._consumed))
+            assert self._acks is not None
+            self._acks.advance(self._consumed)
             return batch
 
     def __iter__(self) -> Iterator[Batch]:
