@@ -52,6 +52,8 @@ class BatchWork:
     def ready(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds (None: for as long as it takes) for every task to
         end, cancelled ones included; True if they have."""
+        if all(f.done() for f in self._futures):  # the usual case once prefetched
+            return True
         return not wait(self._futures, timeout).not_done
 
     def results(self) -> list[list[Any]]:
