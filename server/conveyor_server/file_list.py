@@ -6,7 +6,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+import re
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,26 +43,73 @@ def check_inside_roots(path: str | Path, data_roots: Sequence[Path] | None, what
     raise PermissionDenied(f"{OP}: {what} {str(path)!r} is outside the data roots ({roots})")
 
 
-def _matches(name: str, filters: Sequence[str], case_sensitive: bool) -> bool:
+def _name_filter(filters: Sequence[str], case_sensitive: bool) -> Callable[[str], bool]:
+    """Whether a file name matches any of the shell patterns ``filters``: one regex."""
     if not case_sensitive:
-        name = name.lower()
         filters = [f.lower() for f in filters]
-    return any(fnmatch.fnmatchcase(name, f) for f in filters)
+    match = re.compile("|".join(fnmatch.translate(f) for f in filters)).match
+    if case_sensitive:
+        return lambda name: match(name) is not None
+    return lambda name: match(name.lower()) is not None
 
 
-def _walk_sorted(directory: Path) -> list[Path]:
-    found: list[Path] = []
+def _walk_sorted(directory: Path) -> Iterator[tuple[str, str]]:
+    """(folder, file name) below ``directory``, folders and names in sorted order. The
+    folders are normalized (they come from a normalized ``directory``), so
+    ``os.path.join(folder, name)`` is the string ``Path(folder) / name`` would give."""
     for dirpath, dirnames, filenames in os.walk(directory, followlinks=True):
         dirnames.sort()
-        found.extend(Path(dirpath) / f for f in sorted(filenames))
-    return found
+        for name in sorted(filenames):
+            yield dirpath, name
 
 
-def _stat(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError as exc:
-        raise DataFileError(f"{OP}: cannot read {str(path)!r}: {exc.strerror}") from None
+class _FileCheck:
+    """Checks many files against the data roots and reads their sizes: one ``lstat`` per
+    file, each directory's real path resolved once. The real path of ``dir/name`` is the
+    real path of ``dir`` joined with ``name`` unless ``name`` is a symlink (then it is
+    resolved in full), so the check is the one ``check_inside_roots`` makes, without
+    resolving every component of every file again."""
+
+    def __init__(self, data_roots: Sequence[Path] | None) -> None:
+        self._roots = None if data_roots is None else [
+            (os.path.realpath(r), r) for r in data_roots]
+        self._real_dirs: dict[str, str] = {}
+
+    def _real_path(self, path: str, link: bool) -> str:
+        head, name = os.path.split(path)
+        if link or name in ("", ".", ".."):
+            return os.path.realpath(path)
+        real_head = self._real_dirs.get(head)
+        if real_head is None:
+            real_head = self._real_dirs[head] = os.path.realpath(head or os.curdir)
+        return os.path.join(real_head, name)
+
+    def _check(self, path: str, real: str) -> None:
+        if self._roots is None:
+            return
+        for real_root, _ in self._roots:
+            if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+                return
+        roots = ", ".join(str(r) for _, r in self._roots)
+        raise PermissionDenied(f"{OP}: file {path!r} is outside the data roots ({roots})")
+
+    def size(self, path: str) -> int:
+        """The size of ``path``; PermissionDenied if it lies outside the data roots (checked
+        first, also for a file that does not exist), DataFileError if it cannot be read."""
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            self._check(path, self._real_path(path, link=False))
+            raise DataFileError(f"{OP}: cannot read {path!r}: {exc.strerror}") from None
+        link = stat.S_ISLNK(st.st_mode)
+        real = self._real_path(path, link)
+        self._check(path, real)
+        if link:
+            try:
+                st = os.stat(real)
+            except OSError as exc:
+                raise DataFileError(f"{OP}: cannot read {path!r}: {exc.strerror}") from None
+        return st.st_size
 
 
 def resolve(args: Mapping[str, Any], data_roots: Sequence[Path] | None = None) -> list[FileEntry]:
@@ -79,7 +128,7 @@ def resolve(args: Mapping[str, Any], data_roots: Sequence[Path] | None = None) -
         raise SpecError(OP, "labels", "labels needs files")
     root = check_inside_roots(file_root, data_roots, "file_root") if file_root else None
 
-    pairs: list[tuple[Path, int]]
+    pairs: Sequence[tuple[str | Path, int]]
     if file_list:
         pairs = _read_file_list(Path(file_list), root, data_roots)
     elif files:
@@ -93,25 +142,20 @@ def resolve(args: Mapping[str, Any], data_roots: Sequence[Path] | None = None) -
     if not pairs:
         where = file_list or file_root or "files"
         raise InvalidArgument(f"{OP}: no files found in {where!r}")
-    entries = []
-    for path, label in pairs:
-        real = check_inside_roots(path, data_roots, "file")
-        entries.append(FileEntry(str(path), _stat(real), int(label)))
-    return entries
+    files_check = _FileCheck(data_roots)
+    return [FileEntry(str(path), files_check.size(str(path)), int(label))
+            for path, label in pairs]
 
 
-def _scan_root(root: Path, args: Mapping[str, Any]) -> list[tuple[Path, int]]:
+def _scan_root(root: Path, args: Mapping[str, Any]) -> list[tuple[str, int]]:
     if not root.is_dir():
         raise InvalidArgument(f"{OP}: file_root {str(root)!r} is not a directory")
     filters = args.get("file_filters") or tuple("*" + e for e in IMAGE_EXTENSIONS)
-    case_sensitive = bool(args.get("case_sensitive_filter"))
+    wanted = _name_filter(filters, bool(args.get("case_sensitive_filter")))
     classes = sorted(d for d in os.listdir(root) if (root / d).is_dir())
-    pairs = []
-    for label, name in enumerate(classes):
-        for path in _walk_sorted(root / name):
-            if _matches(path.name, filters, case_sensitive):
-                pairs.append((path, label))
-    return pairs
+    return [(os.path.join(folder, name), label)
+            for label, class_name in enumerate(classes)
+            for folder, name in _walk_sorted(root / class_name) if wanted(name)]
 
 
 def _read_file_list(
