@@ -29,18 +29,31 @@ class FileEntry:
     label: int
 
 
+class _Roots:
+    """The data roots, resolved once, and the one rule: a real path is inside a root if it
+    is the root or lies below it."""
+
+    def __init__(self, data_roots: Sequence[Path]) -> None:
+        self._given = data_roots
+        self._real = [os.path.realpath(r) for r in data_roots]
+
+    def check(self, path: str | Path, real: str, what: str) -> None:
+        """PermissionDenied naming ``path`` unless ``real`` (its real path) is inside."""
+        for root in self._real:
+            if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+                return
+        roots = ", ".join(str(r) for r in self._given)
+        raise PermissionDenied(f"{OP}: {what} {str(path)!r} is outside the data roots "
+                               f"({roots})")
+
+
 def check_inside_roots(path: str | Path, data_roots: Sequence[Path] | None, what: str) -> Path:
     """The real path of ``path``; PermissionDenied if it lies outside every data root
     (``..`` and symlinks are resolved first). ``data_roots=None`` allows any path."""
-    real = Path(os.path.realpath(path))
-    if data_roots is None:
-        return real
-    for root in data_roots:
-        real_root = Path(os.path.realpath(root))
-        if real == real_root or real_root in real.parents:
-            return real
-    roots = ", ".join(str(r) for r in data_roots)
-    raise PermissionDenied(f"{OP}: {what} {str(path)!r} is outside the data roots ({roots})")
+    real = os.path.realpath(path)
+    if data_roots is not None:
+        _Roots(data_roots).check(path, real, what)
+    return Path(real)
 
 
 def _name_filter(filters: Sequence[str], case_sensitive: bool) -> Callable[[str], bool]:
@@ -71,8 +84,7 @@ class _FileCheck:
     resolving every component of every file again."""
 
     def __init__(self, data_roots: Sequence[Path] | None) -> None:
-        self._roots = None if data_roots is None else [
-            (os.path.realpath(r), r) for r in data_roots]
+        self._roots = None if data_roots is None else _Roots(data_roots)
         self._real_dirs: dict[str, str] = {}
 
     def _real_path(self, path: str, link: bool) -> str:
@@ -85,13 +97,8 @@ class _FileCheck:
         return os.path.join(real_head, name)
 
     def _check(self, path: str, real: str) -> None:
-        if self._roots is None:
-            return
-        for real_root, _ in self._roots:
-            if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
-                return
-        roots = ", ".join(str(r) for _, r in self._roots)
-        raise PermissionDenied(f"{OP}: file {path!r} is outside the data roots ({roots})")
+        if self._roots is not None:
+            self._roots.check(path, real, "file")
 
     def size(self, path: str) -> int:
         """The size of ``path``; PermissionDenied if it lies outside the data roots (checked
