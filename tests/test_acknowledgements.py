@@ -95,3 +95,16 @@ def test_closing_sends_the_newest_count_at_once() -> None:
     assert counts[0] == 1 and counts[-1] == 3 and counts == sorted(set(counts)), counts
     # No wait for the interval once closed (a loaded machine may still delay the thread).
     assert drain.got[-1][0] - closed < 0.5
+
+
+def test_a_count_recorded_while_the_previous_one_is_sent_is_not_lost_at_close() -> None:
+    acks = _Acknowledgements("p", 0)
+    requests = acks.requests()  # driven by hand, as gRPC's request thread drives it
+    assert next(requests).name == "p"
+    acks.advance(1)
+    assert next(requests).consumed == 1
+    # gRPC is now sending that acknowledgement: the generator waits at its yield while the
+    # trainer consumes one more batch and closes the stream.
+    acks.advance(2)
+    acks.close()
+    assert [r.consumed for r in requests] == [2]

@@ -184,14 +184,18 @@ class _Acknowledgements:
         sent = self._first.consumed
         while True:
             self._news.wait()
-            if not self._closed:
+            # Read before the count: close() comes after the last advance(), so a count
+            # read after seeing it closed is the final one. (Checking _closed only after
+            # reading the count could end the stream without its final count.)
+            closing = self._closed
+            if not closing:
                 time.sleep(ACK_INTERVAL_S)  # gather what is consumed meanwhile
             self._news.clear()
             consumed = self._consumed
             if consumed != sent:
                 sent = consumed
                 yield service_pb2.StreamBatchesRequest(consumed=consumed)
-            if self._closed:
+            if closing:
                 return
 
 
