@@ -207,3 +207,18 @@ def test_a_broken_stream_resumes_at_the_consumers_position(
         wait_for(lambda: not c.pipeline("reconnect").streaming, "the stream to end")
         got += run_batches(other, 2)  # type: ignore[arg-type]
         assert_same_stream(expected, got, "reconnecting streams")
+
+
+def test_closing_a_stream_sends_its_last_acknowledgement(start_server: Start,
+                                                          image_root: Path) -> None:
+    spec = rotate_pipeline(str(image_root / "imgs"))
+    with client(start_server()) as c:
+        pipe = c.create("flush", spec)
+        run_batches(pipe, 1)  # type: ignore[arg-type]
+        wait_for(lambda: c.pipeline("flush").sent >= 4, "the server to send ahead")
+        # Batches already received are consumed within one acknowledgement interval, and
+        # the stream is closed at once: only close() can tell the server about them.
+        run_batches(pipe, 3)  # type: ignore[arg-type]
+        pipe.close()
+        wait_for(lambda: c.pipeline("flush").acknowledged == 4, "the last acknowledgement", 5)
+        assert c.attach("flush").consumed == 4  # a new consumer starts after them

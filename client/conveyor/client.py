@@ -27,6 +27,9 @@ MAX_MESSAGE_BYTES = 64 << 20
 #: Acknowledgements are sent at most this often; the server's view of the consumed
 #: position (for a drain, or an operator's checkpoint) trails by at most this much.
 ACK_INTERVAL_S = 0.01
+#: How long ``RemotePipeline.close()`` waits for the last acknowledgement to be sent
+#: before it cancels the stream (cancelling drops a message gRPC has not sent yet).
+ACK_FLUSH_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -168,16 +171,20 @@ class _Acknowledgements:
         self._consumed = consumed
         self._news = threading.Event()
         self._closed = False
+        self._sent_all = threading.Event()
 
     def advance(self, consumed: int) -> None:
         self._consumed = consumed  # read by requests() only after it clears _news
         if not self._news.is_set():
             self._news.set()
 
-    def close(self) -> None:
-        """Send the newest count (if it moved) and end the request side."""
+    def close(self, wait: float = 0.0) -> None:
+        """Send the newest count (if it moved) and end the request side; wait up to
+        ``wait`` seconds until gRPC has sent it."""
         self._closed = True
         self._news.set()
+        if wait:
+            self._sent_all.wait(wait)
 
     def requests(self) -> Iterator[service_pb2.StreamBatchesRequest]:
         yield self._first
@@ -195,7 +202,8 @@ class _Acknowledgements:
             if consumed != sent:
                 sent = consumed
                 yield service_pb2.StreamBatchesRequest(consumed=consumed)
-            if closing:
+            if closing:  # gRPC asked for more: what was yielded is sent
+                self._sent_all.set()
                 return
 
 
@@ -224,9 +232,11 @@ class RemotePipeline:
             self._acks.requests(), timeout=self.client.stream_timeout,
             metadata=self.client._metadata)
 
-    def _close_stream(self) -> None:
+    def _close_stream(self, flush: float = 0.0) -> None:
+        """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
+        out first (a healthy stream being closed; a broken one has nothing to send on)."""
         if self._acks is not None:
-            self._acks.close()
+            self._acks.close(flush)
         if self._responses is not None:
             self._responses.cancel()
         self._acks = self._responses = None
@@ -267,7 +277,7 @@ class RemotePipeline:
 
     def close(self) -> None:
         with self._lock:
-            self._close_stream()
+            self._close_stream(ACK_FLUSH_S if self._responses is not None else 0.0)
 
     def __enter__(self) -> RemotePipeline:
         return self
