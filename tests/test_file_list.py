@@ -146,3 +146,43 @@ def test_a_scanned_root_lists_exactly_what_pathlib_lists(
     default = ["*" + e for e in IMAGE_EXTENSIONS]
     assert got == pathlib_listing(root, filters or default, case_sensitive)
     assert len(got) >= 10  # the comparison is over a real listing, not two empty ones
+
+
+def test_the_roots_rule_for_every_spelling_of_a_root(
+        tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, outside = tree
+    one = str(root / "a" / "one.jpg")
+    secret = str(outside / "secret.jpg")
+
+    def allowed(path: str, roots: list[Path]) -> bool:
+        try:
+            resolve({"files": [path]}, roots)
+        except PermissionDenied:
+            return False
+        return True
+
+    assert allowed(secret, [Path("/")])  # the file system's root holds everything
+    assert allowed(one, [Path(str(root) + "/")]) and not allowed(secret, [Path(str(root) + "/")])
+    linked_root = root.parent / "data-link"
+    os.symlink(root, linked_root)  # a root that is a symlink: what it points to
+    assert allowed(one, [linked_root]) and allowed(str(linked_root / "a" / "one.jpg"), [root])
+    assert not allowed(secret, [linked_root])
+    monkeypatch.chdir(root.parent)  # relative roots and paths
+    assert allowed("data/a/one.jpg", [Path("data")])
+    assert not allowed("outside/secret.jpg", [Path("data")])
+    assert not allowed("data/../outside/secret.jpg", [Path("data")])
+    # A path equal to a root is inside it; its parent is not.
+    assert check_inside_roots(root, [root], "file_root") == Path(os.path.realpath(root))
+    with pytest.raises(PermissionDenied, match="file_root"):
+        check_inside_roots(root.parent, [root], "file_root")
+
+
+def test_a_missing_file_behind_a_relative_link_and_dots_is_refused_not_read(
+        tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (outside / "sub").mkdir()
+    os.symlink("../../outside/sub", root / "b" / "rel")  # a relative link leading outside
+    # The kernel resolves rel/.. to outside/, where 'lost.jpg' does not exist: the path
+    # names a place outside the root, so the answer is PERMISSION_DENIED, not DATA_LOSS.
+    with pytest.raises(PermissionDenied):
+        resolve({"files": [str(root / "b" / "rel" / ".." / "lost.jpg")]}, [root])

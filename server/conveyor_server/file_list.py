@@ -105,8 +105,8 @@ class _FileCheck:
         first, also for a file that does not exist), DataFileError if it cannot be read."""
         try:
             st = os.lstat(path)
-        except OSError as exc:
-            self._check(path, self._real_path(path, link=False))
+        except OSError as exc:  # resolved in full: a path the kernel cannot follow may
+            self._check(path, os.path.realpath(path))  # still name a place outside
             raise DataFileError(f"{OP}: cannot read {path!r}: {exc.strerror}") from None
         link = stat.S_ISLNK(st.st_mode)
         real = self._real_path(path, link)
