@@ -277,7 +277,7 @@ class RemotePipeline:
 
     def close(self) -> None:
         with self._lock:
-            self._close_stream(ACK_FLUSH_S if self._responses is not None else 0.0)
+            self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream
 
     def __enter__(self) -> RemotePipeline:
         return self
