@@ -50,7 +50,7 @@ USER 10001:10001
 WORKDIR /tmp
 EXPOSE 50051 9464
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-m", "conveyor_server.probe", "--timeout", "3"]
+    CMD ["python", "-m", "conveyor_server.app.probe", "--timeout", "3"]
 # SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
 ENTRYPOINT ["conveyor-server"]
 CMD ["--config", "/etc/conveyor/server.yaml"]
@@ -73,7 +73,7 @@ USER 10001:10001
 WORKDIR /tmp
 EXPOSE 50051 9464
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-m", "conveyor_server.probe", "--timeout", "3"]
+    CMD ["python", "-m", "conveyor_server.app.probe", "--timeout", "3"]
 # SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
 ENTRYPOINT ["conveyor-server"]
 CMD ["--config", "/etc/conveyor/server.yaml"]

@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	@$(BIN)/python -m conveyor_server.demo $(DEMO_ARGS)
+	@$(BIN)/python -m conveyor_server.demo.run $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)

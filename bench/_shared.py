@@ -21,8 +21,9 @@ from typing import TypeVar
 import cv2
 import numpy as np
 
-from conveyor_server.launch import spawn_server, stop_server, wait_serving
-from conveyor_server.redis_process import RedisProcess
+from conveyor.channel import wait_serving
+from conveyor_server.demo.launch import spawn_server, stop_server
+from conveyor_server.store.redis_process import RedisProcess
 
 DEFAULT_DATA = Path(os.environ.get("CONVEYOR_BENCH_DATA", "/tmp/conveyor-bench-data"))
 #: Images in the data set: the full one, and the one of ``--quick``.

@@ -1,7 +1,7 @@
 """Checkpoint and restore: Checkpoint RPC latency (Redis included), checkpoint size, and
 restore-to-first-batch time at batch 0 vs. batch 10^6.
 
-The pipeline is the seed notebook's (``conveyor_server.demo.rotate_pipeline``: batch 8,
+The pipeline is the seed notebook's (``conveyor_server.demo.run.rotate_pipeline``: batch 8,
 2 threads, prefetch 2) on the benchmark data set, served by a real conveyor-server with
 a private redis-server (append-only, as the server's own default) on a unix socket.
 
@@ -47,8 +47,8 @@ from bench._shared import (
     table,
 )
 from conveyor_server import Pipeline
-from conveyor_server import checkpoint as ckpt
-from conveyor_server.demo import rotate_pipeline
+from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.engine import checkpoint as ckpt
 
 FAR = 10**6
 #: Restores per run for one figure (their median): a restore is ~0.1 s, mostly listing the

@@ -10,7 +10,7 @@ encoded and gRPC's buffers are resident). The per-pipeline increment is the slop
 least-squares line through those points. The active increment at the two batch sizes
 splits into a part that grows with the batch (its multiple of batch bytes, compared with
 prefetch depth + 2) and a fixed part per active pipeline (threads, buffers, allocator
-arenas). The pipeline is the seed notebook's (``conveyor_server.demo.rotate_pipeline``:
+arenas). The pipeline is the seed notebook's (``conveyor_server.demo.run.rotate_pipeline``:
 prefetch 2, rotated images unresized), at batch 8 and 24.
 
 Run: python -m bench.memory [--quick] [--runs N]
@@ -32,7 +32,7 @@ from bench._shared import (
     spread,
     table,
 )
-from conveyor_server.demo import rotate_pipeline
+from conveyor_server.demo.run import rotate_pipeline
 
 MiB = 1 << 20
 COUNTS = (1, 4, 8)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from conveyor_server.devices import cuda_device_count
-from conveyor_server.redis_process import RedisProcess
+from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.store.redis_process import RedisProcess
 
 if TYPE_CHECKING:
     from tests.servers import ServerProcess

@@ -14,8 +14,8 @@ from typing import Any
 
 import redis
 
-from conveyor_server.config import RedisConfig, TlsConfig
-from conveyor_server.redis_process import find_redis_server, terminate
+from conveyor_server.store.connect import RedisConfig, TlsConfig
+from conveyor_server.store.redis_process import find_redis_server, terminate
 
 
 def free_port(below: int = 65536) -> int:

@@ -7,12 +7,12 @@ import signal
 import subprocess
 from pathlib import Path
 
+from conveyor.channel import wait_serving
 from conveyor.errors import Unavailable
-from conveyor_server.launch import (
+from conveyor_server.demo.launch import (
     read_metrics_address,
     spawn_server,
     stop_server,
-    wait_serving,
 )
 
 START_TIMEOUT = 30.0

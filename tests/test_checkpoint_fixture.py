@@ -20,8 +20,8 @@ import pytest
 from conveyor import fn, pipeline_def, spec, types
 from conveyor.tensor_list import TensorList
 from conveyor_server import Pipeline
-from conveyor_server.checkpoint import open_blob
-from conveyor_server.engine_id import engine_id
+from conveyor_server.engine.checkpoint import open_blob
+from conveyor_server.engine.engine_id import engine_id
 
 FIXTURE = Path(__file__).parent / "fixtures" / "before_rooms"
 FILES = [f"imgs/img_{i:02d}.jpg" for i in range(12)]

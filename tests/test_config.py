@@ -19,15 +19,20 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import conveyor
 from conveyor import errors
+from conveyor.channel import wait_serving
 from conveyor_server import Pipeline
-from conveyor_server import config as configuration
-from conveyor_server.demo import rotate_pipeline
-from conveyor_server.launch import read_metrics_address, spawn_server, stop_server, wait_serving
-from conveyor_server.limits import EngineLimits
-from conveyor_server.main import load_config
-from conveyor_server.redis_connect import connect
-from conveyor_server.redis_process import RedisProcess
-from conveyor_server.startup import load_spec
+from conveyor_server.app import config as configuration
+from conveyor_server.app.main import load_config
+from conveyor_server.app.startup import load_spec
+from conveyor_server.demo.launch import (
+    read_metrics_address,
+    spawn_server,
+    stop_server,
+)
+from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.store.connect import connect
+from conveyor_server.store.redis_process import RedisProcess
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess
 
@@ -137,7 +142,7 @@ def test_checks_beyond_types(tmp_path: Path) -> None:
 def test_server_refuses_a_bad_file_at_start(tmp_path: Path) -> None:
     path = write(tmp_path / "s.yaml", {"data_roots": [str(tmp_path)],
                                        "limits": {"max_batch_bytes": -1}})
-    proc = subprocess.run([sys.executable, "-m", "conveyor_server.main", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "conveyor_server.app.main", "--config", str(path)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "limits.max_batch_bytes: must be at least 1, got -1" in proc.stderr
@@ -232,7 +237,7 @@ def test_a_bad_spec_file_is_refused_before_listening(image_root: Path, tmp_path:
     (tmp_path / "bad.json").write_text('{"batch_size": "eight"}')
     path = write(tmp_path / "s.yaml", {"data_roots": [str(image_root)], "pipelines": [
         {"name": "bad", "spec_file": "bad.json"}]})
-    proc = subprocess.run([sys.executable, "-m", "conveyor_server.main", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "conveyor_server.app.main", "--config", str(path)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "pipelines[0].spec_file" in proc.stderr and "bad.json" in proc.stderr
@@ -281,7 +286,7 @@ def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: 
     from conveyor.cli import main as cli
 
     (tmp_path / "my_pipelines.py").write_text(
-        "from conveyor_server.demo import rotate_pipeline\n\n"
+        "from conveyor_server.demo.run import rotate_pipeline\n\n"
         "def train(root):\n    return rotate_pipeline(root)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -307,7 +312,7 @@ def test_a_failed_start_releases_the_names_it_created(
                 {"name": "fresh", "spec": spec},
                 {"name": "taken", "spec": spec, "if_exists": "fail"}]})
             proc = subprocess.run(
-                [sys.executable, "-m", "conveyor_server.main", "--config", str(path),
+                [sys.executable, "-m", "conveyor_server.app.main", "--config", str(path),
                  "--host", "127.0.0.1", "--port", "0", "--redis-url", redis_proc.url,
                  "--data-root", str(image_root)],
                 capture_output=True, text=True, timeout=60, check=False)

@@ -61,7 +61,7 @@ CONFIG_KEYS: dict[str, Any] = {
 # ---- the health probe ------------------------------------------------------------------
 
 def probe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "conveyor_server.probe", *args],
+    return subprocess.run([sys.executable, "-m", "conveyor_server.app.probe", *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -172,7 +172,7 @@ def test_dockerfile_structure() -> None:
         assert json.loads(last["CMD"]) == ["--config", "/etc/conveyor/server.yaml"], name
         assert set(last["EXPOSE"].split()) == {"50051", "9464"}, name
         healthcheck = json.loads(last["HEALTHCHECK"].split(" CMD ", 1)[1])
-        assert healthcheck[:3] == ["python", "-m", "conveyor_server.probe"], name
+        assert healthcheck[:3] == ["python", "-m", "conveyor_server.app.probe"], name
     text = (ROOT / "Dockerfile").read_text()
     assert not re.search(r"\b(curl|wget)\b|ADD https?:", text), "no binaries downloaded"
 

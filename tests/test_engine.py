@@ -22,8 +22,8 @@ from conveyor.errors import (
 )
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server import Pipeline
-from conveyor_server import checkpoint as ckpt
-from conveyor_server.ops import registry
+from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.ops import registry
 from tests.images import make_image_folder
 from tests.resume import assert_resume_exact, assert_same_stream, batch_bytes, run_batches
 

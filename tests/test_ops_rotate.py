@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conveyor_server.ops import rotate
+from conveyor_server.engine.ops import rotate
 
 
 def direct(image: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], interp: int,

@@ -15,10 +15,9 @@ import yaml
 
 import conveyor
 from conveyor.errors import AlreadyExists, Fenced, NotFound, Unavailable
-from conveyor_server.config import RedisConfig, TlsConfig
-from conveyor_server.demo import rotate_pipeline
-from conveyor_server.redis_connect import connect
-from conveyor_server.store import Store
+from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.store.connect import RedisConfig, TlsConfig, connect
+from conveyor_server.store.store import Store
 from tests.redis_modes import STARTERS, ModeUnsupported, RedisMode
 from tests.resume import batch_bytes
 from tests.servers import ServerProcess

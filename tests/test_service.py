@@ -13,7 +13,7 @@ import pytest
 import conveyor
 from conveyor import errors
 from conveyor_server import Pipeline
-from conveyor_server.demo import rotate_pipeline
+from conveyor_server.demo.run import rotate_pipeline
 from tests.resume import assert_same_stream, batch_bytes, run_batches
 from tests.servers import ServerProcess
 

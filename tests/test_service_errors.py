@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 import conveyor
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server import Pipeline
-from conveyor_server.redis_process import RedisProcess
+from conveyor_server.store.redis_process import RedisProcess
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 from tests.test_service import DEADLINE, Start, client, rotate_pipeline, wait_for

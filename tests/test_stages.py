@@ -10,9 +10,9 @@ import pytest
 
 from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.v1 import checkpoint_pb2
-from conveyor_server.stages import SourceStage
-from conveyor_server.stages.file_reader import FileReaderStage
-from conveyor_server.stages.random_ops import RandomStage
+from conveyor_server.engine.stages import SourceStage
+from conveyor_server.engine.stages.file_reader import FileReaderStage
+from conveyor_server.engine.stages.random_ops import RandomStage
 
 B = 4
 

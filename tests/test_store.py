@@ -8,9 +8,9 @@ import pytest
 import redis
 
 from conveyor.errors import AlreadyExists, CorruptCheckpoint, Fenced, NotFound, Unavailable
-from conveyor_server.redis_connect import safe_address
-from conveyor_server.redis_process import RedisProcess
-from conveyor_server.store import Store
+from conveyor_server.store.connect import safe_address
+from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.store import Store
 
 
 def test_names_are_claimed_once_and_restore_fences_the_previous_holder(

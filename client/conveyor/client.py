@@ -18,12 +18,19 @@ import grpc
 
 from conveyor import errors
 from conveyor.allocator import tune_client_process
+from conveyor.channel import (
+    AUTHORIZATION_KEY,
+    CHANNEL_OPTIONS,
+    CHECKPOINT_BATCHES_KEY,
+    CHECKPOINT_ID_KEY,
+    STREAM_BATCHES_PATH,
+    bearer,
+)
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor.wire import BatchAssembler
 
 Batch = tuple[TensorList, ...]
-MAX_MESSAGE_BYTES = 64 << 20
 #: Acknowledgements are sent at most this often; the server's view of the consumed
 #: position (for a drain, or an operator's checkpoint) trails by at most this much.
 ACK_INTERVAL_S = 0.01
@@ -50,8 +57,8 @@ def _raise(exc: grpc.RpcError) -> errors.ConveyorError:
     err = cls(exc.details() or code)
     err.code = code
     trailing = dict(exc.trailing_metadata() or ())
-    err.checkpoint_id = trailing.get("conveyor-checkpoint-id")  # type: ignore[attr-defined]
-    batches = trailing.get("conveyor-checkpoint-batches")
+    err.checkpoint_id = trailing.get(CHECKPOINT_ID_KEY)  # type: ignore[attr-defined]
+    batches = trailing.get(CHECKPOINT_BATCHES_KEY)
     err.checkpoint_batches = int(batches) if batches else None  # type: ignore[attr-defined]
     return err
 
@@ -63,14 +70,12 @@ class Client:
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         token = token or os.environ.get("CONVEYOR_TOKEN")
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
+        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)
         # Batch frames stay encoded: BatchAssembler copies their data straight into place.
         self._stream_frames = self._channel.stream_stream(
-            "/conveyor.v1.Conveyor/StreamBatches",
+            STREAM_BATCHES_PATH,
             request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
             response_deserializer=None)
 

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from conveyor_server.pipeline import Pipeline
+from conveyor_server.engine.pipeline import Pipeline
 
 __all__ = ["Pipeline", "__version__"]

@@ -1,0 +1,181 @@
+"""The server's configuration: a YAML file, ``CONVEYOR_*`` environment variables, flags.
+
+Each key of the file has an environment variable named after its path (``redis.url`` is
+``CONVEYOR_REDIS_URL``, ``limits.max_pipelines`` is ``CONVEYOR_LIMITS_MAX_PIPELINES``;
+lists are comma-separated, an empty value means null). Later sources win: defaults, then
+the file, then the environment, then command-line flags. Unknown keys and bad values are
+refused at start-up with the key's path and where the value came from. Environment
+variables that name no key are left alone (Kubernetes sets ``<SERVICE>_PORT`` variables of
+its own). ``pipelines`` (a list of mappings) is set in the file only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from conveyor.errors import InvalidArgument
+from conveyor_server.store.connect import RedisConfig
+
+ENV_PREFIX = "CONVEYOR_"
+#: Older names still accepted: environment variable -> key path.
+ENV_ALIASES = {"CONVEYOR_TOKEN": "auth.token"}
+
+
+class ConfigError(InvalidArgument):
+    """The configuration cannot be used; the message names the key and its source."""
+
+
+@dataclass(frozen=True)
+class CheckpointsConfig:
+    keep: int = field(default=10, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_pipelines: int = field(default=64, metadata={"min": 1})
+    max_batch_bytes: int = field(default=1 << 30, metadata={"min": 1})
+    max_image_pixels: int = field(default=100_000_000, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    grace_s: float = field(default=10.0, metadata={"min": 0.0})
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    token: str | None = None
+    token_file: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen: str | None = None
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    #: Tune glibc malloc so that megabyte buffers are reused instead of mapped afresh for
+    #: every batch (see allocator.py); false leaves the C library's defaults.
+    tune: bool = True
+    mmap_threshold_bytes: int = field(default=32 << 20, metadata={"min": 0, "max": 32 << 20})
+    trim_threshold_bytes: int = field(default=64 << 20, metadata={"min": 0, "max": 2**31 - 1})
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "text"
+
+
+@dataclass(frozen=True)
+class PipelineEntry:
+    name: str
+    #: A PipelineSpec file: protobuf JSON (.json), text format (.textproto, .txtpb,
+    #: .pbtxt) or binary (.pb, .binpb); relative paths are read from the config's folder.
+    spec_file: str | None = None
+    #: Or the spec itself, as the mapping protobuf JSON would hold.
+    spec: Mapping[str, Any] | None = None
+    keep_checkpoints: int | None = field(default=None, metadata={"min": 1, "max": 2**32 - 1})
+    #: When the name is already claimed: leave it ("skip"), take it over from its latest
+    #: checkpoint ("restore"), or refuse to start ("fail").
+    if_exists: Literal["skip", "restore", "fail"] = "skip"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = "0.0.0.0:50051"
+    advertise: str | None = None
+    data_roots: tuple[str, ...] = ()
+    #: Where the private redis-server keeps its append-only file (no redis.url given).
+    state_dir: str = ".conveyor"
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    pipelines: tuple[PipelineEntry, ...] = ()
+
+
+def leaf_paths(cls: type = ServerConfig, prefix: str = "") -> dict[str, Any]:
+    """Every settable scalar or list key: its dotted path -> its type."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == "pipelines":
+            continue
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(leaf_paths(hint, f"{prefix}{f.name}."))  # type: ignore[arg-type]
+        else:
+            out[f"{prefix}{f.name}"] = hint
+    return out
+
+
+def env_name(path: str) -> str:
+    return ENV_PREFIX + path.upper().replace(".", "_")
+
+
+def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None) -> ServerConfig:
+    """Read the file (if any), apply the environment and then ``overrides`` (dotted path ->
+    value, from flags), and validate the result."""
+    from conveyor_server.app.config_values import build, read_yaml, set_path
+
+    raw: dict[str, Any] = read_yaml(path) if path is not None else {}
+    origins: dict[str, str] = {}
+    where = str(path) if path is not None else "the defaults"
+    leaves = leaf_paths()
+    by_env = {env_name(p): p for p in leaves} | ENV_ALIASES
+    # Older aliases first, so that the canonical name wins where both are set.
+    for name, value in sorted((env or {}).items(), key=lambda kv: kv[0] not in ENV_ALIASES):
+        key = by_env.get(name)
+        if key is not None:
+            set_path(raw, key, value, text=True)
+            origins[key] = f"environment variable {name}"
+    for key, value in (overrides or {}).items():
+        if key not in leaves:
+            raise ConfigError(f"{key}: no such configuration key")
+        set_path(raw, key, value, text=False)
+        origins[key] = "the command line"
+    base = Path(path).parent if path is not None else Path.cwd()
+    config = build(ServerConfig, raw, "", where, origins)
+    auth = raw.get("auth")
+    for secret in ("token", "token_file"):
+        given = auth.get(secret) if isinstance(auth, dict) else None
+        # Null in the file is the default; an empty string, or an empty or null value from
+        # the environment or a flag, is a secret that went missing.
+        explicit = f"auth.{secret}" in origins or isinstance(given, str)
+        if isinstance(auth, dict) and secret in auth and explicit \
+                and not str(given or "").strip():
+            raise ConfigError(f"auth.{secret}: set, but empty (from "
+                              f"{origins.get('auth.' + secret, where)}): unset it to run "
+                              "without authentication; an empty secret does not turn it off")
+    return dataclasses.replace(config,
+                               pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
+
+
+def _resolve_spec_paths(entries: tuple[PipelineEntry, ...],
+                        base: Path) -> list[PipelineEntry]:
+    out = []
+    for e in entries:
+        if e.spec_file is not None and not Path(e.spec_file).is_absolute():
+            e = dataclasses.replace(e, spec_file=str(base / e.spec_file))
+        out.append(e)
+    return out
+
+
+def union_args(hint: Any) -> tuple[Any, ...]:
+    """The members of ``X | None`` (or just ``(X,)``)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return typing.get_args(hint)
+    return (hint,)

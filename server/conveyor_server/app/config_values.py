@@ -1,0 +1,190 @@
+"""Turning YAML values and environment strings into the typed configuration.
+
+Every refusal is a ``ConfigError`` that names the key's dotted path, the value and where it
+came from (the file, an environment variable, or the command line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from conveyor_server.app.config import ConfigError, PipelineEntry, union_args
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class _Text(str):
+    """A value that arrived as text (from the environment) and may be parsed."""
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration file {str(path)!r}: "
+                          f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{at}: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got "
+                          f"{type(data).__name__}")
+    return data
+
+
+def set_path(raw: dict[str, Any], path: str, value: Any, *, text: bool) -> None:
+    *parents, leaf = path.split(".")
+    node = raw
+    for i, part in enumerate(parents):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(parents[:i + 1])}: expected a mapping, got "
+                              f"{child!r}")
+        node = child
+    node[leaf] = _Text(value) if text else value
+
+
+def build(cls: type, raw: Any, prefix: str, where: str, origins: Mapping[str, str]) -> Any:
+    """An instance of the dataclass ``cls`` from the mapping ``raw``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'the file'}: expected a mapping, got "
+                          f"{raw!r} (in {where})")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(map(str, raw)) - set(fields))
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key in {where} (known keys"
+                          f"{' under ' + prefix.rstrip('.') if prefix else ''}: "
+                          f"{', '.join(sorted(fields))})")
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{prefix}{name}: required (in {where})")
+            continue
+        path = prefix + name
+        source = origins.get(path, where)
+        value = raw[name]
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = build(hint, value if value is not None else {},  # type: ignore[arg-type]
+                                 path + ".", where, origins)
+        elif name == "pipelines":
+            values[name] = _pipelines(value, path, where)
+        else:
+            values[name] = coerce(value, hint, path, source, f.metadata)
+    return cls(**values)
+
+
+def _pipelines(value: Any, path: str, where: str) -> tuple[PipelineEntry, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: expected a list of pipelines, got {value!r} (in {where})")
+    entries = []
+    names: set[str] = set()
+    for i, item in enumerate(value):
+        entry = build(PipelineEntry, item, f"{path}[{i}].", where, {})
+        if (entry.spec_file is None) == (entry.spec is None):
+            raise ConfigError(f"{path}[{i}]: give exactly one of spec_file and spec "
+                              f"(in {where})")
+        if entry.name in names:
+            raise ConfigError(f"{path}[{i}].name: {entry.name!r} appears twice (in {where})")
+        names.add(entry.name)
+        entries.append(entry)
+    return tuple(entries)
+
+
+def coerce(value: Any, hint: Any, path: str, source: str,
+           metadata: Mapping[str, Any] | None = None) -> Any:
+    """``value`` as the type ``hint`` (str, int, float, bool, Literal, tuple[str, ...],
+    Mapping, each possibly ``| None``)."""
+    options = union_args(hint)
+    optional = type(None) in options
+    (target,) = [o for o in options if o is not type(None)]
+    text = isinstance(value, _Text)
+    if value is None or (text and value.strip().lower() in ("", "null", "none") and optional):
+        if optional:
+            return None
+        raise ConfigError(f"{path}: must be set, got null (from {source})")
+    got = f"got {str(value)!r}" if text else f"got {value!r}"
+    origin = typing.get_origin(target)
+    if origin is Literal:
+        allowed = typing.get_args(target)
+        candidate = str(value).strip().lower() if text else value
+        if candidate not in allowed:
+            raise ConfigError(f"{path}: expected one of {', '.join(map(str, allowed))}, "
+                              f"{got} (from {source})")
+        return candidate
+    if origin is tuple:
+        if text:
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{path}: expected a list of strings, {got} (from {source})")
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path}: expected a list of strings, {got} (from {source})")
+        return tuple(value)
+    if target is bool:
+        return _bool(value, path, source, got)
+    if target in (int, float):
+        number = _number(value, target, path, source, got)
+        if not math.isfinite(number):
+            raise ConfigError(f"{path}: expected a finite number, {got} (from {source})")
+        low = (metadata or {}).get("min")
+        if low is not None and number < low:
+            raise ConfigError(f"{path}: must be at least {low}, {got} (from {source})")
+        high = (metadata or {}).get("max")
+        if high is not None and number > high:
+            raise ConfigError(f"{path}: must be at most {high}, {got} (from {source})")
+        return number
+    if target is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, {got} (from {source})")
+        return str(value)
+    if origin is Mapping or target is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, {got} (from {source})")
+        return dict(value)
+    raise ConfigError(f"{path}: unsupported type {target!r}")  # a bug in the schema
+
+
+def _bool(value: Any, path: str, source: str, got: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, _Text) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{path}: expected true or false, {got} (from {source})")
+
+
+def _number(value: Any, target: type, path: str, source: str, got: str) -> Any:
+    kind = "an integer" if target is int else "a number"
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: expected {kind}, {got} (from {source})")
+    if isinstance(value, _Text):
+        try:
+            return target(value.strip())
+        except ValueError:
+            raise ConfigError(f"{path}: expected {kind}, {got} (from {source})") from None
+    if target is int and isinstance(value, int):
+        return value
+    if target is float and isinstance(value, int | float):
+        return float(value)
+    raise ConfigError(f"{path}: expected {kind}, {got} (from {source})")

@@ -1,0 +1,200 @@
+"""``conveyor-server``: the command line of the server.
+
+Settings come from ``--config FILE`` (YAML, see ``config.py``), ``CONVEYOR_*`` environment
+variables and the flags below, later ones winning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from conveyor.allocator import AllocatorSettings, tune_malloc
+from conveyor.channel import host_port
+from conveyor.client import Client
+from conveyor.errors import ConveyorError, InvalidArgument
+from conveyor_server.app import config as configuration
+from conveyor_server.app.logs import FORMATS, configure_logging
+from conveyor_server.app.metrics import Metrics, MetricsServer, serve_metrics
+from conveyor_server.app.startup import load_spec, start_pipelines
+from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.service.lifecycle import Runtime
+from conveyor_server.service.server import create_server
+from conveyor_server.store.connect import connect
+from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.store import Store
+
+log = logging.getLogger("conveyor.server")
+
+#: Flag destination -> configuration key it overrides.
+FLAG_KEYS = {
+    "listen": "listen", "advertise": "advertise", "redis_url": "redis.url",
+    "state_dir": "state_dir", "data_root": "data_roots",
+    "keep_checkpoints": "checkpoints.keep", "max_pipelines": "limits.max_pipelines",
+    "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s", "token": "auth.token",
+    "log_level": "log.level", "log_format": "log.format", "metrics_listen": "metrics.listen",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="conveyor-server",
+        description="Serve deterministic, checkpointable data pipelines over gRPC. Settings "
+                    "come from --config, then CONVEYOR_* environment variables (one per "
+                    "key, e.g. CONVEYOR_REDIS_URL), then these flags.")
+    p.add_argument("--config", default=os.environ.get("CONVEYOR_CONFIG"), metavar="FILE",
+                   help="YAML configuration file (env CONVEYOR_CONFIG)")
+    p.add_argument("--listen", help="host:port to listen on (default 0.0.0.0:50051)")
+    p.add_argument("--host", help="host to listen on (overrides the host of --listen)")
+    p.add_argument("--port", type=int,
+                   help="port to listen on; 0 picks a free one and prints it")
+    p.add_argument("--advertise", help="host:port other servers and clients see for this one "
+                                       "(default: hostname:port)")
+    p.add_argument("--redis-url", help="shared Redis, e.g. redis://10.0.0.2:6379/0; without "
+                                       "one the server starts a private redis-server")
+    p.add_argument("--state-dir", help="where the private Redis keeps its append-only file "
+                                       "(default .conveyor)")
+    p.add_argument("--data-root", action="append", metavar="DIR",
+                   help="directory pipelines may read (repeatable); paths outside are refused")
+    p.add_argument("--keep-checkpoints", type=int, help="checkpoints kept per pipeline")
+    p.add_argument("--max-pipelines", type=int, help="pipelines this server hosts")
+    p.add_argument("--redis-timeout", type=float, help="timeout of every Redis call (s)")
+    p.add_argument("--grace", type=float, help="seconds a SIGTERM drain waits for streams")
+    p.add_argument("--token", help="require 'authorization: Bearer TOKEN' metadata")
+    p.add_argument("--log-level", type=str.lower, help="debug, info, warning or error")
+    p.add_argument("--log-format", choices=FORMATS,
+                   help="log lines on stderr as text or one JSON object per line")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="serve Prometheus metrics over HTTP here (port 0: a free one)")
+    return p.parse_args(argv)
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    out = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
+           if getattr(args, dest) is not None}
+    if "data_roots" in out:
+        out["data_roots"] = tuple(out["data_roots"])
+    return out
+
+
+def load_config(argv: list[str] | None = None,
+                env: Mapping[str, str] | None = None) -> configuration.ServerConfig:
+    args = parse_args(argv)
+    cfg = configuration.load(args.config, os.environ if env is None else env,
+                             overrides_from(args))
+    if args.host is not None or args.port is not None:
+        # --host / --port replace a part of whatever listen address the sources gave.
+        host, _, port = cfg.listen.rpartition(":")
+        cfg = dataclasses.replace(cfg, listen=f"{args.host if args.host is not None else host}"
+                                  f":{args.port if args.port is not None else port}")
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: configuration.ServerConfig) -> None:
+    """What the types alone do not say: refused here, with the key's path."""
+    err = configuration.ConfigError
+    if not cfg.data_roots:
+        raise err("data_roots: at least one directory is required (--data-root DIR)")
+    for i, root in enumerate(cfg.data_roots):
+        if not Path(root).is_dir():
+            raise err(f"data_roots[{i}]: {root!r} is not a directory")
+    addresses = {"listen": cfg.listen, "metrics.listen": cfg.metrics.listen,
+                 "advertise": cfg.advertise}
+    for key, value in addresses.items():
+        if value is not None:
+            try:
+                host_port(value, key)
+            except InvalidArgument as exc:
+                raise err(exc.message) from None
+    if cfg.auth.token and cfg.auth.token_file:
+        raise err("auth: give token or token_file, not both")
+
+
+def read_token(cfg: configuration.ServerConfig) -> str | None:
+    if cfg.auth.token_file is None:
+        return cfg.auth.token
+    try:
+        token = Path(cfg.auth.token_file).read_text().strip()
+    except OSError as exc:
+        raise configuration.ConfigError(f"auth.token_file: cannot read {cfg.auth.token_file!r}:"
+                                        f" {exc.strerror or exc}") from None
+    if not token:
+        raise configuration.ConfigError(f"auth.token_file: {cfg.auth.token_file!r} is empty")
+    return token
+
+
+def main(argv: list[str] | None = None) -> int:
+    embedded: RedisProcess | None = None
+    metrics_http: MetricsServer | None = None
+    try:
+        cfg = load_config(argv)
+        configure_logging(cfg.log.level, cfg.log.format)
+        if cfg.allocator.tune:
+            tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
+                                          cfg.allocator.trim_threshold_bytes))
+        specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
+        token = read_token(cfg)
+        if token is None:
+            log.info("no auth.token or auth.token_file: clients are not authenticated")
+        url = cfg.redis.url
+        if not url and cfg.redis.mode == "standalone":
+            embedded = RedisProcess(Path(cfg.state_dir) / "redis", appendonly=True).start()
+            url = embedded.url
+            log.info("no redis.url given: started a private redis-server at %s with "
+                     "append-only persistence in %s (point several servers at one shared "
+                     "Redis for multi-node restore)", url, embedded.directory)
+        store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s)
+        store.ping()
+        limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
+                              max_image_pixels=cfg.limits.max_image_pixels)
+        metrics = Metrics()
+        server, port, service, health_servicer = create_server(
+            cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,
+            keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
+            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits)
+        if cfg.metrics.listen is not None:
+            metrics_http = serve_metrics(cfg.metrics.listen, metrics)
+        runtime = Runtime(server, service, health_servicer)
+        runtime.start(serving=not cfg.pipelines)
+        runtime.install_signal_handlers(cfg.drain.grace_s)
+        host = cfg.listen.rpartition(":")[0]
+        # Lines on stdout that tools can parse; everything else goes to the log.
+        print(f"conveyor-server listening on {host}:{port} as {service.address} "
+              f"(redis {store.address})", flush=True)
+        if metrics_http is not None and cfg.metrics.listen is not None:
+            metrics_host = cfg.metrics.listen.rpartition(":")[0]
+            print(f"conveyor-server metrics on {metrics_host}:{metrics_http.port}", flush=True)
+        if cfg.pipelines:
+            local = "127.0.0.1" if host in ("0.0.0.0", "", "[::]", "::") else host
+            try:
+                with Client(f"{local}:{port}", token=token, timeout=60) as client:
+                    start_pipelines(client, cfg.pipelines, specs)
+            except BaseException:
+                runtime.stop()
+                raise
+            runtime.set_serving()
+        server.wait_for_termination()
+        runtime.stopped.wait(cfg.drain.grace_s + 2)
+        return 0
+    except ConveyorError as exc:
+        print(f"conveyor-server: {exc.message}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"conveyor-server: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if metrics_http is not None:
+            metrics_http.close()
+        if embedded is not None:
+            embedded.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

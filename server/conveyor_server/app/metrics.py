@@ -1,0 +1,146 @@
+"""Prometheus metrics of one server, in a registry of its own.
+
+``Metrics()`` holds every metric and records what the service reports through
+``conveyor_server.service.observer.ServiceObserver``.
+``serve_metrics("HOST:PORT", metrics)`` exposes it over HTTP (``/metrics``; port 0 picks a
+free one). No label carries a pipeline name (names are unbounded): the only labels are the
+RPC method and status code, both fixed sets, and the build's fixed identity.
+
+The streaming hot path costs one update of each stream counter per batch, nothing per
+sample.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import start_http_server
+
+from conveyor.channel import host_port
+from conveyor_server import __version__
+from conveyor_server.engine.engine_id import engine_id
+
+#: Seconds, from a fraction of a millisecond (a checkpoint of an idle pipeline) to seconds
+#: (a batch of large images, a restore that lists a big data set).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                   1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def engine_label() -> str:
+    """The CPU engine's identity (decoder, warp libraries, key schedule) as one string."""
+    e = engine_id()
+    return f"{e.decoder}; {e.warp}; key schedule {e.key_schedule}"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.batches_streamed = Counter(
+            "conveyor_batches_streamed", "Batches written to consumer streams.", registry=r)
+        self.samples_streamed = Counter(
+            "conveyor_samples_streamed", "Samples in the batches written to consumer streams.",
+            registry=r)
+        self.bytes_streamed = Counter(
+            "conveyor_bytes_streamed",
+            "Bytes of the encoded frames written to consumer streams.", registry=r)
+        self.decode_errors = Counter(
+            "conveyor_decode_errors",
+            "Batches the engine could not produce because a data file was unreadable or "
+            "undecodable (the stream ends with DATA_LOSS).", registry=r)
+        self.checkpoints_written = Counter(
+            "conveyor_checkpoints_written", "Checkpoints stored in Redis by this server.",
+            registry=r)
+        self.restores = Counter(
+            "conveyor_restores", "Pipelines restored on this server from a checkpoint.",
+            registry=r)
+        self.rpcs = Counter(
+            "conveyor_rpcs", "Conveyor RPCs handled, by method and final status code.",
+            ["method", "code"], registry=r)
+        self.batch_latency = Histogram(
+            "conveyor_batch_latency_seconds",
+            "Time a stream waited for the engine's next batch.",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.checkpoint_latency = Histogram(
+            "conveyor_checkpoint_latency_seconds",
+            "Time to compute, seal and store a checkpoint in Redis.",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.restore_latency = Histogram(
+            "conveyor_restore_latency_seconds",
+            "Time of a successful Restore: reading and verifying the checkpoint, building "
+            "the pipeline and taking over its name.", buckets=LATENCY_BUCKETS, registry=r)
+        self.active_streams = Gauge(
+            "conveyor_active_streams", "Consumer streams open now.", registry=r)
+        self.hosted_pipelines = Gauge(
+            "conveyor_hosted_pipelines",
+            "Pipelines this server holds now (fenced ones until they are deleted or "
+            "restored again).", registry=r)
+        self.build = Info("conveyor_build", "The server's version and engine.", registry=r)
+        self.build.info({"version": __version__, "engine": engine_label(),
+                         "python": platform.python_version()})
+
+    # -- ServiceObserver ---------------------------------------------------------------
+
+    def watch_hosted(self, count: Callable[[], int]) -> None:
+        self.hosted_pipelines.set_function(count)
+
+    def rpc_finished(self, method: str, code: str) -> None:
+        self.rpcs.labels(method, code).inc()
+
+    def stream_opened(self) -> None:
+        self.active_streams.inc()
+
+    def stream_closed(self) -> None:
+        self.active_streams.dec()
+
+    def batch_waited(self, seconds: float) -> None:
+        self.batch_latency.observe(seconds)
+
+    def batch_streamed(self, samples: int, nbytes: int) -> None:
+        self.batches_streamed.inc()
+        self.samples_streamed.inc(samples)
+        self.bytes_streamed.inc(nbytes)
+
+    def decode_error(self) -> None:
+        self.decode_errors.inc()
+
+    def checkpoint_written(self, seconds: float) -> None:
+        self.checkpoint_latency.observe(seconds)
+        self.checkpoints_written.inc()
+
+    def restored(self, seconds: float) -> None:
+        self.restore_latency.observe(seconds)
+        self.restores.inc()
+
+
+class MetricsServer:
+    """The HTTP exposition of one ``Metrics``; ``close()`` stops it."""
+
+    def __init__(self, httpd: WSGIServer, thread: threading.Thread) -> None:
+        self.httpd = httpd
+        self.thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_port)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+def serve_metrics(address: str, metrics: Metrics) -> MetricsServer:
+    """Serve ``metrics`` at http://address/metrics on a daemon thread (port 0 picks a free
+    one: see ``MetricsServer.port``). Raises OSError if it cannot listen."""
+    host, port = host_port(address, "metrics.listen")
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot serve metrics on {address}: "
+                                 f"{exc.strerror or exc}") from None
+    return MetricsServer(httpd, thread)

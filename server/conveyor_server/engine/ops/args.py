@@ -1,0 +1,186 @@
+"""Helpers shared by the per-sample operators (rotate, resize, crop, flip, normalize).
+
+Reading a scalar argument given as a constant or per sample, checking images, per-channel
+values, DALI's rounding, OpenCV's interpolation codes, and the crop window shared by
+``crop`` and ``crop_mirror_normalize``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from conveyor.errors import InvalidArgument, SpecError
+from conveyor_server.engine.ops.registry import OpContext
+
+INTERP = {
+    "nn": cv2.INTER_NEAREST,
+    "linear": cv2.INTER_LINEAR,
+    "cubic": cv2.INTER_CUBIC,
+    "lanczos3": cv2.INTER_LANCZOS4,  # OpenCV has no Lanczos-3; Lanczos-4 is the closest
+}
+
+#: Sample types OpenCV warps and resizes with every interpolation.
+WARP_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32", "float64"))
+
+Targs = Mapping[str, np.ndarray]
+#: Reads one scalar argument for one sample: the constant, or the sample's own value.
+ArgGetter = Callable[[Targs], float]
+
+
+# -- arguments and images ----------------------------------------------------------------
+
+
+def scalar_arg(ctx: OpContext, name: str, lo: float | None = None,
+               hi: float | None = None) -> ArgGetter:
+    """A getter for a scalar argument given as a constant or fed per sample.
+
+    Constants were range-checked against the schema already; per-sample values are checked
+    here, against ``lo``/``hi``, when the sample runs.
+    """
+    if name not in ctx.tensor_args:
+        constant = float(ctx.args[name])
+        return lambda targs: constant
+    op = ctx.op_type
+
+    def per_sample(targs: Targs) -> float:
+        value = np.asarray(targs[name])
+        if value.size != 1:
+            raise InvalidArgument(f"{op}: argument '{name}' must be one number per sample, "
+                                  f"got an array of shape {value.shape}")
+        number = float(value.reshape(()))
+        too_low = lo is not None and number < lo
+        too_high = hi is not None and number > hi
+        if not math.isfinite(number) or too_low or too_high:
+            raise InvalidArgument(f"{op}: argument '{name}' got {number!r} for this sample"
+                                  f"{_limits(lo, hi)}")
+        return number
+
+    return per_sample
+
+
+def _limits(lo: float | None, hi: float | None) -> str:
+    if lo is not None and hi is not None:
+        return f" (allowed: {lo:g} to {hi:g})"
+    if lo is not None:
+        return f" (must be >= {lo:g})"
+    return "" if hi is None else f" (must be <= {hi:g})"
+
+
+def check_image(op: str, image: np.ndarray, dtypes: frozenset[np.dtype] | None = None) -> None:
+    """Raise ``InvalidArgument`` unless ``image`` is HWC (with a sample type in ``dtypes``)."""
+    if image.ndim != 3:
+        raise InvalidArgument(f"{op}: expected an HWC image, got an array of shape {image.shape}")
+    if dtypes is not None and image.dtype not in dtypes:
+        names = ", ".join(sorted(str(t) for t in dtypes))
+        raise InvalidArgument(f"{op}: images of type {image.dtype} are not supported "
+                              f"(supported: {names})")
+
+
+def per_channel(op: str, name: str, values: Sequence[float], channels: int) -> np.ndarray:
+    """One value per channel from an argument holding one value or one per channel."""
+    if len(values) == 1:
+        return np.full(channels, values[0], dtype=np.float64)
+    if len(values) != channels:
+        raise InvalidArgument(f"{op}: argument '{name}' has {len(values)} values, but the image "
+                              f"has {channels} channels (give one value, or one per channel)")
+    return np.asarray(values, dtype=np.float64)
+
+
+def round_half_away(x: float) -> int:
+    """Round to nearest, halves away from zero (C's ``round``, which DALI uses)."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def with_channels(result: np.ndarray, channels: int) -> np.ndarray:
+    # OpenCV returns an (H, W) array for a one-channel (H, W, 1) input.
+    return result.reshape(result.shape[0], result.shape[1], channels)
+
+
+# -- crop window (crop, crop_mirror_normalize) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class CropWindow:
+    """The crop arguments shared by ``crop`` and ``crop_mirror_normalize``."""
+
+    op: str
+    #: (height, width) of the window, in pixels.
+    size: tuple[int, int]
+    pos_x: ArgGetter
+    pos_y: ArgGetter
+
+    def anchor(self, in_hw: tuple[int, int], targs: Targs) -> tuple[int, int]:
+        """Top-left corner (y, x): ``round((in - crop) * pos)`` per axis, as DALI.
+
+        Negative, or past the far edge, when the window is larger than the image.
+        """
+        (h, w), (ch, cw) = in_hw, self.size
+        return (round_half_away((h - ch) * self.pos_y(targs)),
+                round_half_away((w - cw) * self.pos_x(targs)))
+
+    def out_of_bounds(self, in_hw: tuple[int, int], anchor: tuple[int, int]) -> InvalidArgument:
+        (h, w), (ch, cw), (y, x) = in_hw, self.size, anchor
+        return InvalidArgument(
+            f"{self.op}: the {ch}x{cw} crop window at (y={y}, x={x}) does not fit in the "
+            f"{h}x{w} image (out_of_bounds_policy='error'; 'pad' or 'trim_to_shape' allow it)")
+
+
+def crop_window(ctx: OpContext, *, required: bool) -> CropWindow | None:
+    """The crop window from ``crop`` or ``crop_h``/``crop_w``; None when neither is given."""
+    op, args = ctx.op_type, ctx.args
+    crop, crop_h, crop_w = args["crop"], args["crop_h"], args["crop_w"]
+    if crop is not None and (crop_h or crop_w):
+        name = "crop_h" if crop_h else "crop_w"
+        raise SpecError(op, name, "cannot be combined with 'crop' (give crop=(h, w), or "
+                                  "crop_h and crop_w)")
+    if bool(crop_h) != bool(crop_w):
+        raise SpecError(op, "crop_w" if crop_h else "crop_h",
+                        "crop_h and crop_w must be given together")
+    hw = crop if crop is not None else ((crop_h, crop_w) if crop_h else None)
+    if hw is None:
+        if required:
+            raise SpecError(op, "crop", "missing crop size: give crop=(h, w), or crop_h and "
+                                        "crop_w")
+        return None
+    # DALI truncates fractional window sizes to whole pixels.
+    size = (int(hw[0]), int(hw[1]))
+    if min(size) < 1:
+        raise SpecError(op, "crop_h" if crop is None else "crop",
+                        f"got a window of {hw[0]:g}x{hw[1]:g}; each extent must be >= 1")
+    return CropWindow(op, size, pos_x=scalar_arg(ctx, "crop_pos_x", 0, 1),
+                      pos_y=scalar_arg(ctx, "crop_pos_y", 0, 1))
+
+
+def crop_image(window: CropWindow, image: np.ndarray, targs: Targs, policy: str,
+               fill_values: Sequence[float]) -> np.ndarray:
+    """Crop ``image`` under ``policy``; a view for "error" and "trim_to_shape", else a copy."""
+    h, w, channels = image.shape
+    y, x = window.anchor((h, w), targs)
+    ch, cw = window.size
+    inside = y >= 0 and x >= 0 and y + ch <= h and x + cw <= w
+    if inside:
+        return image[y:y + ch, x:x + cw]
+    if policy == "error":
+        raise window.out_of_bounds((h, w), (y, x))
+    y0, y1, x0, x1 = max(y, 0), min(y + ch, h), max(x, 0), min(x + cw, w)
+    if policy == "trim_to_shape":
+        return image[y0:max(y0, y1), x0:max(x0, x1)]
+    fill = per_channel(window.op, "fill_values", fill_values, channels)
+    out = np.empty((ch, cw, channels), dtype=image.dtype)
+    out[...] = _saturated(fill, image.dtype)  # pad: fill, then copy the part that overlaps
+    if y1 > y0 and x1 > x0:
+        out[y0 - y:y1 - y, x0 - x:x1 - x] = image[y0:y1, x0:x1]
+    return out
+
+
+def _saturated(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Fill values converted to ``dtype``, rounded and clamped to its range for integers."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+    return values.astype(dtype)

@@ -1,0 +1,210 @@
+"""``decoders.image``: encoded file bytes to an HWC uint8 image, as NVIDIA DALI's decoder.
+
+On the CPU, OpenCV decodes (it releases the GIL while it works): JPEG (baseline,
+progressive, grayscale, CMYK), PNG, BMP, TIFF, WebP and whatever else the installed build
+reads. As DALI: EXIF orientation is applied, an alpha channel is dropped, 16-bit samples
+are scaled to 8 bits, and GRAY output keeps a channel axis of 1.
+
+Errors about the data raise ``DataFileError``; the engine adds the file's path.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+
+import cv2
+import numpy as np
+import simplejpeg
+
+from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
+from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.ops import jpeg_fast, jpeg_markers
+from conveyor_server.engine.ops.registry import BuiltOp, OpContext, SampleFn, register
+
+#: The decoder library and version; part of the engine's identity in checkpoints.
+DECODER_ID = f"opencv {cv2.__version__}; {jpeg_fast.VERSION}"
+
+OP = "decoders.image"
+
+Targs = Mapping[str, np.ndarray]
+
+# IMREAD_ANYDEPTH keeps 16-bit samples so that they are scaled here, by 1/257 with
+# rounding, instead of OpenCV's keep-the-high-byte. These flags apply EXIF orientation.
+# RGB is decoded as BGR and then reordered: OpenCV 5.0's IMREAD_COLOR_RGB garbles 16-bit
+# TIFFs.
+_FLAGS = {
+    "RGB": cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH,
+    "BGR": cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH,
+    "GRAY": cv2.IMREAD_GRAYSCALE | cv2.IMREAD_ANYDEPTH,
+}
+
+_SIGNATURES = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"GIF8", "GIF"),
+)
+
+_JPEG_EOI = b"\xff\xd9"
+#: Bytes some writers leave after a JPEG's end-of-image marker.
+_PADDING = b"\x00 \t\r\n"
+
+
+def sniff_format(data: np.ndarray) -> str:
+    """The image format named by the file's leading bytes, or "unknown"."""
+    head = data[:16].tobytes()
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WebP"
+    for signature, name in _SIGNATURES:
+        if head.startswith(signature):
+            return name
+    return "unknown"
+
+
+def _jpeg_scan_start(data: bytes) -> int | None:
+    """Offset of the first start-of-scan marker, or None."""
+    for marker, pos, _ in jpeg_markers.segments(data):
+        if marker == jpeg_markers.SOS:
+            return pos
+    return None
+
+
+def check_jpeg_complete(data: np.ndarray) -> None:
+    """Raise ``DataFileError`` for a JPEG that stops before its end-of-image marker.
+
+    Some decoder builds return the decoded part of a truncated JPEG with only a warning.
+    The usual file ends with EOI (perhaps followed by padding); otherwise, for a file with
+    other data appended after the image, an EOI must follow the first scan.
+    """
+    if data[-64:].tobytes().rstrip(_PADDING).endswith(_JPEG_EOI):
+        return
+    raw = data.tobytes()
+    scan = _jpeg_scan_start(raw)
+    if scan is None or raw.find(_JPEG_EOI, scan) < 0:
+        raise DataFileError(f"cannot decode the image: truncated JPEG ({data.size} bytes, no "
+                            "end-of-image marker)")
+
+
+def _to_uint8_hwc(image: np.ndarray) -> np.ndarray:
+    if image.dtype == np.uint16:
+        image = cv2.convertScaleAbs(image, alpha=1 / 257)  # 65535 -> 255, rounded
+    if image.ndim == 2:
+        image = image[:, :, np.newaxis]
+    return image
+
+
+def header_size(data: np.ndarray, fmt: str) -> tuple[int, int] | None:
+    """(height, width) read from a JPEG's or PNG's header without decoding, else None."""
+    try:
+        if fmt == "JPEG":
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            return int(height), int(width)
+        if fmt == "PNG" and data.size >= 24:
+            width, height = struct.unpack(">II", data[16:24].tobytes())
+            return height, width
+    except ValueError:
+        return None  # the decoder will say what is wrong with it
+    return None
+
+
+def decode_image(data: np.ndarray, output_type: str,
+                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
+    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
+    An image above ``limits.max_image_pixels`` is refused before it is decoded where its
+    header tells its size (JPEG, PNG), after decoding otherwise."""
+    if data.dtype != np.uint8 or data.ndim != 1:
+        raise InvalidArgument(f"{OP}: expects a file's bytes as a 1-D uint8 array, got "
+                              f"{data.dtype} of shape {data.shape}")
+    if data.size == 0:
+        raise DataFileError("cannot decode the image: the file is empty (0 bytes)")
+    fmt = sniff_format(data)
+    if fmt == "JPEG":
+        check_jpeg_complete(data)
+    if limits.max_image_pixels is not None:
+        size = header_size(data, fmt)
+        if size is not None:
+            limits.check_image(*size, f"the {fmt} image")
+    if fmt == "JPEG":
+        fast = jpeg_fast.decode(data, output_type)
+        if fast is not None:
+            return fast
+    flags = _FLAGS[output_type]
+    if fmt == "JPEG" and output_type == "RGB":
+        # JPEG samples are 8-bit: OpenCV converts to RGB while decoding, which saves a pass.
+        flags = cv2.IMREAD_COLOR_RGB
+    try:
+        image = cv2.imdecode(data, flags)
+        if image is not None and image.dtype not in (np.uint8, np.uint16):
+            # Float or 32-bit samples: let OpenCV bring them to 8 bits its own way.
+            image = cv2.imdecode(data, flags & ~cv2.IMREAD_ANYDEPTH)
+    except cv2.error as exc:
+        reason = str(exc).strip().splitlines()[-1]
+        raise DataFileError(f"cannot decode the image ({fmt}, {data.size} bytes): "
+                            f"{reason}") from None
+    if image is None:
+        what = "format not recognised" if fmt == "unknown" else f"corrupt or unsupported {fmt}"
+        raise DataFileError(f"cannot decode the image ({data.size} bytes): {what}")
+    image = _to_uint8_hwc(image)
+    limits.check_image(image.shape[0], image.shape[1], f"the decoded {fmt} image")
+    if output_type == "RGB" and flags != cv2.IMREAD_COLOR_RGB:
+        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return image
+
+
+@register("decoders.image")
+def build_decode(ctx: OpContext) -> BuiltOp:
+    output_type = ctx.args["output_type"]
+    limits = ctx.limits
+    if ctx.device != "cpu":
+        return BuiltOp(fn=_gpu_decoder(ctx.device, output_type, limits), layouts=("HWC",))
+
+    def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        return (decode_image(inputs[0], output_type, limits),)
+
+    return BuiltOp(fn=decode, layouts=("HWC",))
+
+
+# -- GPU path (device "mixed" / "gpu") ---------------------------------------------------
+# Not exercised by the tests: it needs a CUDA machine with nvImageCodec installed.
+
+
+def _gpu_decoder(device: str, output_type: str, limits: EngineLimits) -> SampleFn:
+    """A decode function on nvImageCodec, or ``DeviceUnavailable`` why there is none."""
+    if cuda_device_count() == 0:
+        raise DeviceUnavailable(f"{OP}: device={device!r} needs a CUDA device, and this "
+                                "machine has none (use device='cpu')")
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        raise DeviceUnavailable(f"{OP}: device={device!r}: the GPU decoder (nvImageCodec) is "
+                                "not available in this build (use device='cpu')") from None
+    color = nvimgcodec.ColorSpec.GRAY if output_type == "GRAY" else nvimgcodec.ColorSpec.RGB
+    params = nvimgcodec.DecodeParams(color_spec=color, allow_any_depth=False,
+                                     apply_exif_orientation=True)
+    local = threading.local()  # one decoder per engine thread
+
+    def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        decoder = getattr(local, "decoder", None)
+        if decoder is None:
+            decoder = local.decoder = nvimgcodec.Decoder()
+        size = header_size(inputs[0], sniff_format(inputs[0]))
+        if size is not None:
+            limits.check_image(*size, "the image")
+        image = decoder.decode(inputs[0].tobytes(), params=params)
+        if image is None:
+            raise DataFileError(f"cannot decode the image ({inputs[0].size} bytes): "
+                                "nvImageCodec failed")
+        # The engine is CPU-first: the decoded image comes back to host memory.
+        out = np.asarray(image.cpu())
+        if out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        if output_type == "BGR":
+            out = out[:, :, ::-1]
+        return (np.ascontiguousarray(out),)
+
+    return decode

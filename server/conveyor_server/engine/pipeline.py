@@ -1,0 +1,306 @@
+"""The in-process engine: ``Pipeline(spec)`` or ``Pipeline(spec, checkpoint=blob)``.
+
+Batches are produced in order; each batch's per-sample work runs on ``num_threads``
+workers, and up to ``prefetch_queue_depth`` batches are computed ahead of the consumer.
+Source stages advance only on the submitting thread, and every random draw is keyed by
+global sample index, so the stream does not depend on threads, prefetch or timing.
+
+A checkpoint records the state after the batches *returned* (or, for the service, any
+count up to those produced): it is computed from the state the pipeline started at, in
+O(1), never by replay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conveyor import spec as specs
+from conveyor.errors import (
+    CheckpointingDisabled,
+    ConveyorError,
+    CorruptCheckpoint,
+    DataFileError,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+)
+from conveyor.tensor_list import TensorList
+from conveyor.v1 import checkpoint_pb2, pipeline_pb2
+from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.batch_work import BatchWork
+from conveyor_server.engine.engine_id import engine_id
+from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.ops.threads import single_threaded_opencv
+from conveyor_server.engine.plan import Plan, Ref, build_plan
+
+Batch = tuple[TensorList, ...]
+
+
+class Pipeline:
+    def __init__(
+        self,
+        spec: pipeline_pb2.PipelineSpec | None = None,
+        checkpoint: bytes | None = None,
+        *,
+        data_roots: Sequence[str | Path] | None = None,
+        limits: EngineLimits = NO_LIMITS,
+    ) -> None:
+        body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
+        if spec is None:
+            if body is None:
+                raise InvalidArgument("Pipeline needs a spec, a checkpoint, or both")
+            spec = body.spec
+        roots = [Path(r) for r in data_roots] if data_roots is not None else None
+        self.spec = spec
+        self.fingerprint = specs.fingerprint(spec)
+        self._plan: Plan = build_plan(spec, roots, limits)
+        single_threaded_opencv()
+        self._limits = limits
+        self._batch_size = spec.batch_size
+        base = 0
+        if body is not None:
+            digests = {op: r.digest for op, r in self._plan.readers.items()}
+            ckpt.verify_against(body, spec, self._engine_id(), digests)
+            states = {s.op: s for s in body.op_states}
+            for stage in self._plan.stages:
+                if stage.op_index not in states:
+                    raise CorruptCheckpoint(f"checkpoint has no state for op {stage.op_index}")
+                stage.reset(states[stage.op_index])
+            base = body.batches
+        else:
+            for stage in self._plan.stages:
+                stage.reset(None)
+        self._base_batches = base
+        self._base_states = [stage.get_state() for stage in self._plan.stages]
+        self._returned = base
+        self._produced = base
+        self._inflight: deque[BatchWork] = deque()
+        self._depth = max(1, spec.prefetch_queue_depth)
+        self._threads = max(1, spec.num_threads)
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-worker")
+        self._lock = threading.Lock()
+        self._files_read = 0
+        self._closed = False
+
+    # -- counters ------------------------------------------------------------------------
+
+    @property
+    def batches_returned(self) -> int:
+        return self._returned
+
+    @property
+    def batches_produced(self) -> int:
+        """Batches submitted for computation (returned plus prefetched)."""
+        return self._produced
+
+    @property
+    def files_read(self) -> int:
+        """Data files read so far by this pipeline object (prefetch included)."""
+        return self._files_read
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def start_batches(self) -> int:
+        """The position this pipeline started from (0, or its checkpoint's)."""
+        return self._base_batches
+
+    # -- running ---------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Accepted for DALI compatibility: a Pipeline is built when it is constructed."""
+
+    def run(self) -> Batch:
+        """The next batch: one TensorList per pipeline output."""
+        self._fill()
+        pending = self._inflight.popleft()
+        try:
+            results = pending.results()
+        except CancelledError:
+            raise FailedPrecondition("pipeline was closed while computing a batch") from None
+        except BaseException:
+            self._rewind()
+            raise
+        outputs = []
+        for o, ref in enumerate(self._plan.outputs):
+            samples = [r[o] for r in results]
+            outputs.append(TensorList(samples, self._plan.layouts.get(ref, "")))
+        try:
+            self._limits.check_batch(outputs, self._returned)
+        except BaseException:
+            self._rewind()
+            raise
+        self._returned += 1
+        return tuple(outputs)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.run()
+
+    def next_ready(self, timeout: float) -> bool:
+        """Start the prefetch if needed and wait up to ``timeout`` seconds for the next
+        batch; True when ``run()`` will return (or raise) without waiting."""
+        self._fill()
+        return self._inflight[0].ready(timeout)
+
+    def _fill(self) -> None:
+        """Keep ``prefetch_queue_depth`` batches computing."""
+        if self._closed:
+            raise FailedPrecondition("pipeline is closed")
+        try:
+            while len(self._inflight) < self._depth:
+                self._submit()
+        except RuntimeError:  # the pool was shut down by close() on another thread
+            if self._closed:
+                raise FailedPrecondition("pipeline is closed") from None
+            raise
+
+    def _submit(self) -> None:
+        per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
+        work = BatchWork([{op: values[i] for op, values in per_stage}
+                          for i in range(self._batch_size)], self._sample)
+        work.start(self._pool, self._threads)
+        self._inflight.append(work)
+        self._produced += 1
+
+    def wait_prefetched(self) -> None:
+        """Block until the batches computed ahead are done (for tests and benchmarks)."""
+        for pending in list(self._inflight):
+            pending.ready(None)
+
+    def seek(self, batches: int) -> None:
+        """Continue from the position after ``batches`` batches (at or after this pipeline's
+        start), dropping prefetched work. O(1): the stages jump to the computed states."""
+        states = self.states_at(batches)
+        for pending in self._inflight:
+            pending.cancel()
+        self._inflight.clear()
+        for stage, state in zip(self._plan.stages, states, strict=True):
+            stage.reset(state)
+        self._returned = self._produced = batches
+
+    def _rewind(self) -> None:
+        """Drop prefetched work and put the stages back at the returned position."""
+        self.seek(self._returned)
+
+    def _sample(self, sources: dict[int, Any]) -> list[Any]:
+        values: dict[Ref, Any] = {}
+        where = ""
+        for op, value in sources.items():
+            binding = self._plan.readers.get(op)
+            if binding is None:
+                values[(op, 0)] = value
+                continue
+            entry = binding.entries[value]
+            where = where or entry.path
+            try:
+                values[(op, 0)] = np.fromfile(entry.path, dtype=np.uint8)
+            except OSError as exc:
+                raise DataFileError(f"readers.file: cannot read {entry.path!r}: "
+                                    f"{exc.strerror or exc}") from None
+            with self._lock:
+                self._files_read += 1
+            values[(op, 1)] = np.array([entry.label], dtype=np.int32)
+        for step in self._plan.steps:
+            inputs = [values[r] for r in step.inputs]
+            targs = {k: values[r] for k, r in step.arg_inputs.items()}
+            try:
+                outs = step.fn(inputs, targs)
+            except ConveyorError as exc:
+                exc.message = f"{step.op_type} (op {step.op_index}) on {where!r}: {exc.message}"
+                exc.args = (exc.message,)
+                raise
+            except Exception as exc:
+                raise Internal(f"{step.op_type} (op {step.op_index}) failed on {where!r}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+            for o, out in enumerate(outs):
+                values[(step.op_index, o)] = out
+        return [values[r] for r in self._plan.outputs]
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _engine_id(self) -> checkpoint_pb2.EngineId:
+        gpu = any(op.type == "decoders.image" and op.device != "cpu" for op in self.spec.ops)
+        return engine_id(gpu)
+
+    def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
+        """Every stage's state after ``batches`` batches, computed without replay."""
+        if batches < self._base_batches:
+            raise FailedPrecondition(f"batch {batches} is before this pipeline's start "
+                                     f"({self._base_batches})")
+        samples = (batches - self._base_batches) * self._batch_size
+        return [stage.advanced(state, samples)
+                for stage, state in zip(self._plan.stages, self._base_states, strict=True)]
+
+    def checkpoint_body(self, batches: int | None = None) -> checkpoint_pb2.CheckpointBody:
+        if not self.spec.enable_checkpointing:
+            raise CheckpointingDisabled(
+                "checkpointing is disabled for this pipeline: build it with "
+                "enable_checkpointing=True")
+        n = self._returned if batches is None else batches
+        if n > self._produced:
+            raise FailedPrecondition(f"cannot checkpoint after {n} batches: only "
+                                     f"{self._produced} were produced")
+        return checkpoint_pb2.CheckpointBody(
+            format_version=ckpt.FORMAT_VERSION,
+            spec=self.spec,
+            fingerprint=self.fingerprint,
+            file_lists=[r.digest for r in self._plan.readers.values()],
+            engine=self._engine_id(),
+            op_states=self.states_at(n),
+            batches=n,
+        )
+
+    def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
+        """The sealed state after the batches returned so far (or after ``batches``)."""
+        blob = ckpt.seal(self.checkpoint_body(batches))
+        if filename is not None:
+            Path(filename).write_bytes(blob)
+        return blob
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def epoch_size(self, name: str | None = None) -> Any:
+        if name is None and len(self._plan.readers) != 1:
+            return {b.name: b.stage.num_files for b in self._plan.readers.values()}
+        return self._plan.reader(name).stage.num_files
+
+    def epoch_sizes(self) -> dict[str, int]:
+        """Samples per epoch of every reader, by name (``op<index>`` for unnamed ones)."""
+        return {b.name or f"op{op}": b.stage.num_files for op, b in self._plan.readers.items()}
+
+    def reader_meta(self, name: str | None = None) -> Any:
+        if name is None and len(self._plan.readers) != 1:
+            return {b.name: b.stage.meta() for b in self._plan.readers.values()}
+        return self._plan.reader(name).stage.meta()
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pending in self._inflight:
+            pending.cancel()
+        self._inflight.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,111 @@
+"""Random operators as source stages: draws keyed by (seed, op, global sample index, draw).
+
+State: the global index of the next sample. Draws for sample ``g`` never depend on which
+thread, batch or prefetch depth computes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from conveyor.errors import CorruptCheckpoint, SpecError
+from conveyor.v1 import checkpoint_pb2
+from conveyor_server.engine import keyed_random
+
+STATE_SAMPLE_INDEX = "sample_index"
+
+# (seed, op, sample indices, draw) -> one value per sample, as float64 or int
+Draw = Callable[[int, int, np.ndarray, int], np.ndarray]
+
+
+def _uniform(args: Mapping[str, Any]) -> Draw:
+    values = args.get("values")
+    if values:
+        table = np.asarray(values, dtype=np.float64)
+
+        def pick(seed: int, op: int, idx: np.ndarray, draw: int) -> np.ndarray:
+            u = keyed_random.uniform01(seed, op, idx, draw)
+            return table[np.minimum((u * len(table)).astype(np.int64), len(table) - 1)]
+
+        return pick
+    lo, hi = args["range"]
+    if not lo < hi:
+        raise SpecError("random.uniform", "range", f"got {(lo, hi)!r}, expected low < high")
+
+    def uniform(seed: int, op: int, idx: np.ndarray, draw: int) -> np.ndarray:
+        return lo + keyed_random.uniform01(seed, op, idx, draw) * (hi - lo)
+
+    return uniform
+
+
+def _normal(args: Mapping[str, Any]) -> Draw:
+    mean, std = args["mean"], args["stddev"]
+
+    def normal(seed: int, op: int, idx: np.ndarray, draw: int) -> np.ndarray:
+        return mean + std * keyed_random.normal(seed, op, idx, draw)
+
+    return normal
+
+
+def _coin_flip(args: Mapping[str, Any]) -> Draw:
+    p = args["probability"]
+
+    def flip(seed: int, op: int, idx: np.ndarray, draw: int) -> np.ndarray:
+        return (keyed_random.uniform01(seed, op, idx, draw) < p).astype(np.int64)
+
+    return flip
+
+
+DRAWS: dict[str, Callable[[Mapping[str, Any]], Draw]] = {
+    "random.uniform": _uniform,
+    "random.normal": _normal,
+    "random.coin_flip": _coin_flip,
+}
+
+
+class RandomStage:
+    def __init__(self, op_type: str, op_index: int, args: Mapping[str, Any], *,
+                 batch_size: int, seed: int) -> None:
+        self.op_type = op_type
+        self.op_index = op_index
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shape = tuple(int(d) for d in args["shape"])
+        self.dtype = np.dtype(args["dtype"])
+        self._draw = DRAWS[op_type](args)
+        self._next = 0
+
+    def reset(self, state: checkpoint_pb2.OpState | None) -> None:
+        if state is None:
+            self._next = 0
+            return
+        if state.WhichOneof("state") != "random":
+            raise CorruptCheckpoint(f"op {self.op_index} ({self.op_type}): checkpoint holds a "
+                                    f"{state.WhichOneof('state')} state, expected a random state")
+        self._next = state.random.sample_index
+
+    def get_state(self) -> checkpoint_pb2.OpState:
+        return self._state(self._next)
+
+    def _state(self, index: int) -> checkpoint_pb2.OpState:
+        return checkpoint_pb2.OpState(op=self.op_index,
+                                      random=checkpoint_pb2.RandomState(sample_index=index))
+
+    def advanced(self, state: checkpoint_pb2.OpState, samples: int) -> checkpoint_pb2.OpState:
+        return self._state(state.random.sample_index + samples)
+
+    def draw(self, first: int, count: int) -> np.ndarray:
+        """Values for samples ``first .. first+count-1``: shape (count, *self.shape)."""
+        idx = np.arange(first, first + count, dtype=np.uint64)
+        size = int(np.prod(self.shape)) if self.shape else 1
+        cols = [self._draw(self.seed, self.op_index, idx, d) for d in range(size)]
+        values = np.stack(cols, axis=1) if cols else np.empty((count, 0))
+        return values.reshape((count, *self.shape)).astype(self.dtype)
+
+    def next(self) -> list[np.ndarray]:
+        values = self.draw(self._next, self.batch_size)
+        self._next += self.batch_size
+        return [values[i].copy() for i in range(self.batch_size)]

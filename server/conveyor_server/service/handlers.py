@@ -1,0 +1,217 @@
+"""The Conveyor servicer: one method per RPC of ``conveyor.v1.Conveyor``.
+
+Each method is marked with its kind and registered from the descriptor
+(``registration.py``); errors become status codes in ``status.py``; authentication and RPC
+metrics are interceptors. Hosted pipelines live in ``hosted.py``, the stream in
+``stream.py`` and checkpoint writing in ``checkpoints.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import grpc
+
+from conveyor import spec as specs
+from conveyor.errors import CheckpointMismatch, FailedPrecondition, InvalidArgument, NotFound
+from conveyor.v1 import pipeline_pb2, service_pb2
+from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.service import rpc_kinds
+from conveyor_server.service.checkpoints import CheckpointWriter
+from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.observer import ServiceObserver
+from conveyor_server.service.stream import BatchStreams
+from conveyor_server.store.store import Owner, Store, StoredCheckpoint, check_name, checkpoint_id
+
+log = logging.getLogger("conveyor.server")
+
+
+def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
+    return service_pb2.CheckpointInfo(
+        id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
+        size_bytes=c.size, server=c.server, generation=c.generation)
+
+
+def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
+    """What Redis knows of a pipeline this server does not host."""
+    return service_pb2.PipelineInfo(
+        name=name, holder=owner.holder, generation=owner.generation,
+        fingerprint=owner.fingerprint,
+        latest_checkpoint=checkpoint_id(name, owner.latest) if owner.latest else "")
+
+
+class ConveyorService:
+    def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
+                 observer: ServiceObserver, keep_checkpoints: int = 10,
+                 max_pipelines: int = 64, drain_wait: float = 5.0,
+                 limits: EngineLimits = NO_LIMITS) -> None:
+        self.store = store
+        self.limits = limits
+        self.address = address
+        self.instance = uuid.uuid4().hex
+        self.data_roots = [Path(r) for r in data_roots]
+        self.keep_checkpoints = keep_checkpoints
+        self.observer = observer
+        self.pipelines = HostedPipelines(store, address, max_pipelines)
+        self.checkpoints = CheckpointWriter(store, self.instance, address, observer)
+        self.streams = BatchStreams(self.pipelines, self.checkpoints, observer, address,
+                                    drain_wait)
+        observer.watch_hosted(self.pipelines.count)
+
+    def _build(self, spec: pipeline_pb2.PipelineSpec | None,
+               blob: bytes | None = None) -> Pipeline:
+        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits)
+
+    @rpc_kinds.unary
+    def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,
+                       context: grpc.ServicerContext) -> service_pb2.CreatePipelineResponse:
+        name = check_name(request.name)
+        if not request.HasField("spec"):
+            raise InvalidArgument("CreatePipeline needs a spec")
+        self.pipelines.check_capacity(name)
+        engine = self._build(request.spec)
+        keep = request.keep_checkpoints or self.keep_checkpoints
+        try:
+            gen = self.store.create(name, self.address, self.instance,
+                                    engine.fingerprint.hex(), keep)
+        except BaseException:
+            engine.close()
+            raise
+        hosted = HostedPipeline(name, engine, gen, keep)
+        self.pipelines.host(hosted)
+        log.info("created pipeline %s (generation %d)", name, gen,
+                 extra={"pipeline": name, "generation": gen})
+        return service_pb2.CreatePipelineResponse(pipeline=hosted.info(self.address))
+
+    @rpc_kinds.unary
+    def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
+                       context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
+        hosted = self.pipelines.local(request.name)
+        with hosted.cond:
+            mine, hosted.deleting = not hosted.deleting, True
+        try:
+            if hosted.ended is None:
+                self.store.release(hosted.name, self.instance, request.keep_checkpoints)
+        except BaseException:
+            if mine:
+                hosted.deleting = False
+            raise
+        self.pipelines.remove(hosted)
+        hosted.end(f"pipeline {hosted.name!r} was deleted", NotFound)
+        hosted.engine.close()
+        log.info("deleted pipeline %s (checkpoints %s)", hosted.name,
+                 "kept" if request.keep_checkpoints else "deleted",
+                 extra={"pipeline": hosted.name, "keep_checkpoints": request.keep_checkpoints})
+        return service_pb2.DeletePipelineResponse()
+
+    @rpc_kinds.unary
+    def ListPipelines(self, request: service_pb2.ListPipelinesRequest,
+                      context: grpc.ServicerContext) -> service_pb2.ListPipelinesResponse:
+        names = self.store.names()
+        owners = self.store.owners(names)
+        local = {h.name: h for h in self.pipelines.all()}
+        out = service_pb2.ListPipelinesResponse()
+        for name in names:
+            owner = owners.get(name)
+            hosted = local.get(name)
+            if hosted is not None and owner is not None and owner.instance == self.instance:
+                out.pipelines.append(hosted.info(self.address, include_spec=False))
+            elif owner is not None:
+                out.pipelines.append(_held_elsewhere(name, owner))
+        return out
+
+    @rpc_kinds.unary
+    def DescribePipeline(self, request: service_pb2.DescribePipelineRequest,
+                         context: grpc.ServicerContext) -> service_pb2.DescribePipelineResponse:
+        name = check_name(request.name)
+        hosted = self.pipelines.get(name)
+        if hosted is not None and hosted.ended is None:
+            return service_pb2.DescribePipelineResponse(pipeline=hosted.info(self.address))
+        owner = self.store.owner(name)
+        if owner is None:
+            raise NotFound(f"pipeline {name!r} does not exist")
+        return service_pb2.DescribePipelineResponse(pipeline=_held_elsewhere(name, owner))
+
+    @rpc_kinds.bidi_streaming
+    def StreamBatches(self, request_iterator: Iterator[service_pb2.StreamBatchesRequest],
+                      context: grpc.ServicerContext) -> Iterator[bytes]:
+        yield from self.streams.serve(request_iterator, context)
+
+    @rpc_kinds.unary
+    def Checkpoint(self, request: service_pb2.CheckpointRequest,
+                   context: grpc.ServicerContext) -> service_pb2.CheckpointResponse:
+        hosted = self.pipelines.local(request.name)
+        batches = request.consumed if request.HasField("consumed") else hosted.acknowledged
+        produced = hosted.engine.batches_produced
+        if batches > produced:
+            raise FailedPrecondition(
+                f"pipeline {hosted.name!r}: cannot checkpoint after {batches} consumed "
+                f"batches: only {produced} were produced")
+        stored = self.checkpoints.write_within(context, hosted, batches)
+        return service_pb2.CheckpointResponse(checkpoint=checkpoint_info(stored),
+                                              data=stored.blob)
+
+    @rpc_kinds.unary
+    def Restore(self, request: service_pb2.RestoreRequest,
+                context: grpc.ServicerContext) -> service_pb2.RestoreResponse:
+        started = time.perf_counter()
+        name = check_name(request.name)
+        source = request.WhichOneof("source")
+        if source == "checkpoint_id":
+            blob = self.store.read_checkpoint(request.checkpoint_id).blob or b""
+        elif source == "data":
+            blob = request.data
+        else:
+            raise InvalidArgument("Restore needs a checkpoint_id or checkpoint data")
+        body = ckpt.open_blob(blob)
+        if request.HasField("spec"):
+            diff = specs.first_difference(body.spec, request.spec, "checkpoint", "given spec")
+            if diff is not None:
+                raise CheckpointMismatch(f"checkpoint was made by a different pipeline: "
+                                         f"{diff}")
+        self.pipelines.check_capacity(name)
+        engine = self._build(request.spec if request.HasField("spec") else None, blob)
+        keep = request.keep_checkpoints or self.keep_checkpoints
+        try:
+            gen, previous = self.store.take_over(name, self.address, self.instance,
+                                                 engine.fingerprint.hex(), keep)
+        except BaseException:
+            engine.close()
+            raise
+        hosted = HostedPipeline(name, engine, gen, keep, sent=body.batches,
+                                acknowledged=body.batches)
+        self.pipelines.host(hosted)
+        self.observer.restored(time.perf_counter() - started)
+        fields: dict[str, object] = {"pipeline": name, "batches": body.batches,
+                                     "generation": gen}
+        if source == "checkpoint_id":
+            fields["checkpoint_id"] = request.checkpoint_id
+        log.info("restored pipeline %s at batch %d from %s (generation %d, previous holder %s)",
+                 name, body.batches, fields.get("checkpoint_id", "checkpoint data"), gen,
+                 previous or "none", extra=fields)
+        return service_pb2.RestoreResponse(pipeline=hosted.info(self.address),
+                                           batches=body.batches)
+
+    @rpc_kinds.unary
+    def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,
+                        context: grpc.ServicerContext) -> service_pb2.ListCheckpointsResponse:
+        name = check_name(request.name)
+        found = self.store.list_checkpoints(name)
+        if not found and self.store.owner(name) is None:
+            raise NotFound(f"pipeline {name!r} does not exist and has no checkpoints")
+        return service_pb2.ListCheckpointsResponse(
+            checkpoints=[checkpoint_info(c) for c in found])
+
+    @rpc_kinds.unary
+    def GetCheckpoint(self, request: service_pb2.GetCheckpointRequest,
+                      context: grpc.ServicerContext) -> service_pb2.GetCheckpointResponse:
+        stored = self.store.read_checkpoint(request.id)
+        ckpt.open_blob(stored.blob or b"")
+        return service_pb2.GetCheckpointResponse(checkpoint=checkpoint_info(stored),
+                                                 data=stored.blob)

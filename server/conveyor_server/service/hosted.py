@@ -1,0 +1,195 @@
+"""The pipelines this server hosts: each one's engine, counters and single consumer
+(``HostedPipeline``), and the set of them by name (``HostedPipelines``).
+
+Counters, all counted from the pipeline's start: ``produced`` (computed by the engine,
+prefetch included) >= ``sent`` (written to the stream) >= ``acknowledged`` (the consumer
+said it consumed them). A new stream starts where its consumer says it stands, so no batch
+sent ahead is lost when a stream breaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from conveyor.errors import (
+    ConsumerBusy,
+    ConveyorError,
+    FailedPrecondition,
+    Fenced,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
+from conveyor.v1 import service_pb2
+from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.store.store import Store, check_name
+
+log = logging.getLogger("conveyor.server")
+
+
+@dataclass
+class HostedPipeline:
+    name: str
+    engine: Pipeline
+    generation: int
+    keep: int
+    sent: int = 0
+    acknowledged: int = 0
+    streaming: bool = False
+    #: Why this server may no longer serve the pipeline (fenced, deleted), if so.
+    ended: str | None = None
+    ended_error: type[ConveyorError] = Fenced
+    latest_checkpoint: str = ""
+    #: The checkpoint written when this server drained the pipeline, if any.
+    drain_checkpoint: str = ""
+    #: Set by this server's own delete before it releases the name, so the fencing
+    #: watcher does not take the released name for someone else's doing.
+    deleting: bool = False
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def attach(self, start: int) -> None:
+        """Become this pipeline's consumer, starting after ``start`` consumed batches."""
+        with self.cond:
+            self.check_live()
+            if self.streaming:
+                raise ConsumerBusy(f"pipeline {self.name!r} already has a consumer stream; "
+                                   "a second consumer is refused (restore a copy under "
+                                   "another name to read it twice)")
+            lowest = self.engine.start_batches
+            if start < lowest:
+                raise FailedPrecondition(
+                    f"pipeline {self.name!r}: cannot stream from batch {start}: this server "
+                    f"holds it from batch {lowest} on")
+            produced = self.engine.batches_produced
+            if start > produced and produced != lowest:
+                raise FailedPrecondition(
+                    f"pipeline {self.name!r}: cannot stream from batch {start}: only "
+                    f"{produced} were produced")
+            # A consumer ahead of a freshly restored pipeline (one that kept consuming what
+            # a draining server had sent after its checkpoint) starts after what it has:
+            # the engine jumps there in O(1).
+            if start != self.engine.batches_returned:
+                try:
+                    self.engine.seek(start)
+                except (ValueError, OverflowError):
+                    raise InvalidArgument(f"pipeline {self.name!r}: batch {start} is out of "
+                                          "range") from None
+            self.sent = self.acknowledged = start
+            self.streaming = True
+
+    def detach(self) -> None:
+        with self.cond:
+            self.streaming = False
+            self.cond.notify_all()
+
+    def acknowledge(self, consumed: int) -> None:
+        with self.cond:
+            # Clamped to the batches taken from the engine, not to ``sent``: an ack may
+            # overtake the bookkeeping of the batch it acknowledges.
+            if consumed > self.acknowledged:
+                self.acknowledged = min(consumed, self.engine.batches_returned)
+                self.cond.notify_all()
+
+    def check_live(self) -> None:
+        if self.ended is not None:
+            raise self.ended_error(self.ended)
+
+    def end(self, reason: str, error: type[ConveyorError] = Fenced) -> bool:
+        """End the pipeline here for ``reason``; True if this call ended it."""
+        with self.cond:
+            first = self.ended is None
+            if first:
+                self.ended, self.ended_error = reason, error
+            self.cond.notify_all()
+        return first
+
+    def wait_acknowledged(self, timeout: float) -> None:
+        """Wait until the consumer acknowledged every batch sent (or ``timeout``)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.acknowledged >= self.sent, timeout)
+
+    def info(self, holder: str, include_spec: bool = True) -> service_pb2.PipelineInfo:
+        info = service_pb2.PipelineInfo(
+            name=self.name, holder=holder, generation=self.generation,
+            fingerprint=self.engine.fingerprint.hex(), produced=self.engine.batches_produced,
+            sent=self.sent, acknowledged=self.acknowledged, streaming=self.streaming,
+            latest_checkpoint=self.latest_checkpoint)
+        if include_spec:
+            info.spec.CopyFrom(self.engine.spec)
+        info.epoch_sizes.update(self.engine.epoch_sizes())
+        return info
+
+
+class HostedPipelines:
+    """The pipelines this server hosts, by name, with the server's capacity limit.
+
+    A name that is not hosted here is looked up in Redis so the refusal says where the
+    pipeline lives.
+    """
+
+    def __init__(self, store: Store, address: str, max_pipelines: int) -> None:
+        self._store = store
+        self._address = address
+        self._max = max_pipelines
+        self._by_name: dict[str, HostedPipeline] = {}
+        self._lock = threading.Lock()
+
+    def all(self) -> list[HostedPipeline]:
+        with self._lock:
+            return list(self._by_name.values())
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._by_name)
+
+    def get(self, name: str) -> HostedPipeline | None:
+        with self._lock:
+            return self._by_name.get(name)
+
+    def local(self, name: str) -> HostedPipeline:
+        """The pipeline ``name`` hosted here; NotFound, or FailedPrecondition naming the
+        server that holds it."""
+        hosted = self.get(check_name(name))
+        if hosted is not None:
+            return hosted
+        owner = self._store.owner(name)
+        if owner is None:
+            raise NotFound(f"pipeline {name!r} does not exist")
+        raise FailedPrecondition(f"pipeline {name!r} is held by server {owner.holder}, "
+                                 f"not by this one ({self._address})")
+
+    def check_capacity(self, name: str) -> None:
+        with self._lock:
+            if name not in self._by_name and len(self._by_name) >= self._max:
+                raise ResourceExhausted(f"this server hosts {len(self._by_name)} pipelines, "
+                                        f"its limit (limits.max_pipelines = {self._max})")
+
+    def host(self, hosted: HostedPipeline) -> None:
+        """Host ``hosted``; a pipeline of the same name hosted before ends and is closed."""
+        with self._lock:
+            previous = self._by_name.get(hosted.name)
+            self._by_name[hosted.name] = hosted
+        if previous is not None:
+            previous.end(f"pipeline {hosted.name!r} was restored again on {self._address}")
+            previous.engine.close()
+
+    def remove(self, hosted: HostedPipeline) -> None:
+        with self._lock:
+            if self._by_name.get(hosted.name) is hosted:
+                del self._by_name[hosted.name]
+
+    def fence(self, seen: HostedPipeline, holder: str | None) -> None:
+        """End the local pipeline ``seen`` (as the watcher saw it): restored on ``holder``,
+        or (None) deleted through another server. Nothing happens if the name now holds
+        another pipeline (deleted and created again here meanwhile) or is being deleted."""
+        name = seen.name
+        if self.get(name) is not seen or seen.deleting:
+            return
+        what = (f"was restored on server {holder}" if holder is not None
+                else "was deleted through another server")
+        if seen.end(f"pipeline {name!r} {what}: this server is fenced and its stream and "
+                    "checkpoints are refused"):
+            log.warning("pipeline %s %s: fenced here", name, what,
+                        extra={"pipeline": name, "holder": holder or ""})

@@ -1,0 +1,104 @@
+"""A started server's life: health, the fencing watcher, the SIGTERM drain and the stop.
+
+``Runtime`` starts the gRPC server with health NOT_SERVING, then SERVING (at once, or once
+``set_serving()`` is called after the configured pipelines are built). Its watcher polls
+Redis for the owners of hosted pipelines and fences those restored or deleted elsewhere.
+``drain`` is the SIGTERM path: NOT_SERVING, every stream checkpointed at its consumer's
+acknowledged position and ended with that checkpoint's id, the rest checkpointed, stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2
+
+from conveyor.channel import SERVICE_NAME
+from conveyor.errors import ConveyorError
+from conveyor_server.service.handlers import ConveyorService
+
+log = logging.getLogger("conveyor.server")
+
+
+class Runtime:
+    def __init__(self, server: grpc.Server, service: ConveyorService,
+                 health_servicer: health.HealthServicer, *, watch_interval: float = 0.2) -> None:
+        self.server = server
+        self.service = service
+        self.health = health_servicer
+        self.watch_interval = watch_interval
+        self.stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="fencing-watcher", daemon=True)
+
+    def start(self, *, serving: bool = True) -> None:
+        """Start answering; health says SERVING at once, or once ``set_serving()`` is
+        called (after the pipelines of the configuration are built)."""
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.server.start()
+        self._watcher.start()
+        if serving:
+            self.set_serving()
+
+    def set_serving(self) -> None:
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def _watch(self) -> None:
+        """Poll the owners of hosted pipelines; end the streams of those restored elsewhere.
+        A Redis outage is ignored here: running streams go on."""
+        pipelines = self.service.pipelines
+        while not self.stopped.wait(self.watch_interval):
+            hosted = [h for h in pipelines.all() if h.ended is None]
+            if not hosted:
+                continue
+            try:
+                owners = self.service.store.owners([h.name for h in hosted])
+            except ConveyorError:
+                continue
+            for h in hosted:
+                owner = owners.get(h.name)
+                if owner is None:
+                    pipelines.fence(h, None)
+                elif owner.instance != self.service.instance:
+                    pipelines.fence(h, owner.holder)
+
+    def drain(self, grace: float) -> None:
+        """NOT_SERVING; checkpoint every pipeline at its acknowledged position and end each
+        stream with UNAVAILABLE carrying that checkpoint's id; then stop."""
+        log.info("draining: checkpointing pipelines and ending streams")
+        self.health.enter_graceful_shutdown()
+        self.service.streams.draining.set()
+        # Streams checkpoint themselves as they end; the rest are checkpointed once every
+        # stream is over, so a stream that was ending anyway is not missed.
+        self.server.stop(grace).wait(grace + 1)
+        for hosted in self.service.pipelines.all():
+            if hosted.drain_checkpoint:
+                continue
+            try:
+                stored = self.service.checkpoints.at_acknowledged(hosted)
+            except ConveyorError as exc:
+                log.warning("could not checkpoint %s while draining: %s", hosted.name, exc,
+                            extra={"pipeline": hosted.name, "error": exc.message})
+                continue
+            if stored is not None:
+                log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id,
+                         extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
+                                "batches": stored.batches})
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.server.stop(0)
+        for hosted in self.service.pipelines.all():
+            hosted.engine.close()
+
+    def install_signal_handlers(self, grace: float) -> None:
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            threading.Thread(target=self.drain, args=(grace,), name="drain").start()
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)

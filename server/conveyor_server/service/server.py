@@ -1,0 +1,60 @@
+"""Assemble the gRPC server: ``create_server`` apart from serving it (``lifecycle.Runtime``).
+
+``create_server(address, store, data_roots, observer=...)`` binds (port 0 picks a free
+one) and adds the Conveyor service with its interceptors (RPC metrics, then the bearer
+token when one is given), the standard health service and reflection. It returns the
+server, its port, the servicer and the health servicer.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from conveyor.channel import CHANNEL_OPTIONS, SERVICE_NAME
+from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.service.handlers import ConveyorService
+from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
+from conveyor_server.service.observer import ServiceObserver
+from conveyor_server.service.registration import service_handler
+from conveyor_server.store.store import Store
+
+
+def create_server(
+    address: str, store: Store, data_roots: Sequence[str | Path], *,
+    observer: ServiceObserver, advertise: str | None = None, keep_checkpoints: int = 10,
+    max_pipelines: int = 64, token: str | None = None, max_workers: int = 64,
+    drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
+) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
+    interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer)]
+    if token:
+        interceptors.append(BearerAuth(token))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="conveyor-rpc"),
+        interceptors=interceptors, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot listen on {address}: the port is in use or not allowed")
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
+                              observer=observer, keep_checkpoints=keep_checkpoints,
+                              max_pipelines=max_pipelines, drain_wait=drain_wait,
+                              limits=limits)
+    server.add_generic_rpc_handlers((service_handler(service),))
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME), server)
+    return server, port, service, health_servicer

@@ -1,0 +1,137 @@
+"""StreamBatches: one consumer's stream of a hosted pipeline's batches.
+
+The first request names the pipeline and the consumer's position; later requests
+acknowledge what it consumed (read on a thread of their own). The send loop takes each
+batch from the engine, which computes ``prefetch_queue_depth`` batches ahead on its
+workers, and encodes its frames one at a time as gRPC takes them: no thread hand-off per
+batch, and no encoded copy of a whole batch held in memory. On a drain the stream
+checkpoints at the acknowledged position and ends with UNAVAILABLE carrying that
+checkpoint in trailing metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
+from conveyor.errors import ConveyorError, DataFileError, InvalidArgument, Unavailable
+from conveyor.v1 import service_pb2
+from conveyor.wire import encode_frames
+from conveyor_server.service.checkpoints import CheckpointWriter
+from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.observer import ServiceObserver
+
+log = logging.getLogger("conveyor.server")
+#: How often a stream waiting for the engine looks for a drain, a fence or a gone client.
+POLL_S = 0.1
+
+Requests = Iterator[service_pb2.StreamBatchesRequest]
+
+
+class BatchStreams:
+    def __init__(self, pipelines: HostedPipelines, checkpoints: CheckpointWriter,
+                 observer: ServiceObserver, address: str, drain_wait: float) -> None:
+        self._pipelines = pipelines
+        self._checkpoints = checkpoints
+        self._observer = observer
+        self._address = address
+        self._drain_wait = drain_wait
+        self.draining = threading.Event()
+
+    def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
+        first = next(requests, None)
+        if first is None or not first.name:
+            raise InvalidArgument("StreamBatches: the first message must name the pipeline")
+        hosted = self._pipelines.local(first.name)
+        hosted.attach(first.consumed)
+        peer = context.peer()
+        log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
+                 extra={"pipeline": hosted.name, "batches": first.consumed, "peer": peer})
+        self._observer.stream_opened()
+        acks = threading.Thread(target=_read_acks, args=(requests, hosted),
+                                name=f"acks-{hosted.name}", daemon=True)
+        acks.start()
+        fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
+        try:
+            yield from self._send(hosted, context)
+        except ConveyorError as exc:
+            fields["error"] = f"{exc.code}: {exc.message}"
+            raise
+        except Exception as exc:
+            fields["error"] = f"INTERNAL: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            hosted.detach()
+            self._observer.stream_closed()
+            fields["batches"] = hosted.sent
+            log.info("stream of %s ended after batch %d: %s", hosted.name, hosted.sent,
+                     fields.get("error", "the client went away"), extra=fields)
+
+    def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The frames of each batch, for as long as the client listens."""
+        engine = hosted.engine
+        samples = engine.batch_size
+        try:
+            while context.is_active():
+                started = time.perf_counter()
+                while True:  # waits in short steps: a drain or a fence is seen promptly
+                    hosted.check_live()
+                    if self.draining.is_set():
+                        self._drain(hosted)
+                    if engine.next_ready(POLL_S):
+                        break
+                    if not context.is_active():
+                        return
+                try:
+                    batch = engine.run()
+                except DataFileError:
+                    self._observer.decode_error()
+                    raise
+                self._observer.batch_waited(time.perf_counter() - started)
+                index = engine.batches_returned - 1
+                size = 0
+                for frame in encode_frames(index, batch):
+                    size += len(frame)
+                    yield frame
+                del batch
+                with hosted.cond:
+                    hosted.sent = index + 1
+                self._observer.batch_streamed(samples, size)
+        except ConveyorError:
+            hosted.check_live()  # a pipeline deleted or fenced under the stream says so
+            raise
+
+    def _drain(self, hosted: HostedPipeline) -> None:
+        """End the stream for a drain: checkpoint at what the consumer acknowledged (after
+        waiting a while for it to acknowledge what was sent) and raise UNAVAILABLE naming
+        that checkpoint."""
+        hosted.wait_acknowledged(self._drain_wait)
+        error = Unavailable(f"server {self._address} is shutting down")
+        try:
+            stored = self._checkpoints.write(hosted, hosted.acknowledged)
+        except Exception as exc:
+            error.message += f"; no checkpoint could be written ({exc})"
+        else:
+            hosted.drain_checkpoint = stored.id
+            log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id,
+                     extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
+                            "batches": stored.batches})
+            error.message += (f"; resume from checkpoint {stored.id} "
+                              f"(after batch {stored.batches})")
+            error.trailing_metadata = (  # type: ignore[attr-defined]
+                (CHECKPOINT_ID_KEY, stored.id), (CHECKPOINT_BATCHES_KEY, str(stored.batches)))
+        error.args = (error.message,)
+        raise error
+
+
+def _read_acks(requests: Requests, hosted: HostedPipeline) -> None:
+    try:
+        for request in requests:
+            hosted.acknowledge(request.consumed)
+    except Exception:  # the stream ended: nothing more to acknowledge
+        return

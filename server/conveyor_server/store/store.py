@@ -1,0 +1,326 @@
+"""Pipeline names and checkpoints in Redis.
+
+Keys of one pipeline share the hash tag ``{name}``, so a Redis Cluster keeps them on one
+slot and the Lua scripts below stay atomic:
+
+    conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep, latest
+    conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
+                               from before a delete and re-create is still fenced)
+    conveyor:{name}:seq        checkpoint sequence counter
+    conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
+    conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation
+    conveyor:pipelines         set of claimed names (for listing)
+
+The name set is updated by the same script as the owner, except on a Redis Cluster, where
+it lives in another slot and is updated by a second command just after (listing then
+checks each name's owner, so a name is never listed after its owner key is gone).
+
+Every call has a timeout and no retries; Redis errors become ``Unavailable`` naming the
+address without credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from conveyor.errors import (
+    AlreadyExists,
+    CorruptCheckpoint,
+    Fenced,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from conveyor_server.store.connect import Connection, RedisConfig, connect
+
+log = logging.getLogger("conveyor.server")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PIPELINES_KEY = "conveyor:pipelines"
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.match(name or ""):
+        raise InvalidArgument(f"pipeline name {name!r} is invalid: use 1-128 characters from "
+                              "A-Z a-z 0-9 . _ - starting with a letter or digit")
+    return name
+
+
+def checkpoint_id(name: str, seq: int) -> str:
+    return f"{name}:{seq}"
+
+
+def parse_checkpoint_id(cid: str) -> tuple[str, int]:
+    name, _, seq = cid.rpartition(":")
+    if not name or not seq.isdigit():
+        raise InvalidArgument(f"checkpoint id {cid!r} is invalid: expected '<pipeline>:<number>'")
+    return check_name(name), int(seq)
+
+
+def _k(name: str, suffix: str) -> str:
+    return f"conveyor:{{{name}}}:{suffix}"
+
+
+@dataclass(frozen=True)
+class Owner:
+    holder: str
+    instance: str
+    generation: int
+    fingerprint: str
+    keep: int
+    latest: int
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    id: str
+    pipeline: str
+    batches: int
+    created_ms: int
+    size: int
+    server: str
+    generation: int
+    blob: bytes | None = None
+
+
+# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('HGET', KEYS[1], 'holder')}
+end
+local gen = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
+           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0)
+if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
+return {1, gen}
+"""
+
+# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
+_TAKE_OVER = """
+local previous = redis.call('HGET', KEYS[1], 'holder') or ''
+local latest = redis.call('HGET', KEYS[1], 'latest') or 0
+local gen = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
+           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', latest)
+if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
+return {gen, previous}
+"""
+
+# KEYS: owner, seq, ckpts   ARGV: instance, generation, blob, sha, batches, created, server, prefix
+_WRITE = """
+local inst = redis.call('HGET', KEYS[1], 'instance')
+local gen = redis.call('HGET', KEYS[1], 'generation')
+if inst ~= ARGV[1] or gen ~= ARGV[2] then
+  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
+end
+local seq = redis.call('INCR', KEYS[2])
+redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches', ARGV[5],
+           'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2])
+redis.call('ZADD', KEYS[3], seq, seq)
+redis.call('HSET', KEYS[1], 'latest', seq)
+local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))
+local count = redis.call('ZCARD', KEYS[3])
+if keep and keep > 0 and count > keep then
+  local old = redis.call('ZRANGE', KEYS[3], 0, count - keep - 1)
+  for _, s in ipairs(old) do
+    redis.call('DEL', ARGV[8] .. s)
+    redis.call('ZREM', KEYS[3], s)
+  end
+end
+return {1, seq}
+"""
+
+# KEYS: owner, ckpts, seq, [set]   ARGV: name, instance, keep_checkpoints, prefix
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then
+  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
+end
+redis.call('DEL', KEYS[1])
+if KEYS[4] then redis.call('SREM', KEYS[4], ARGV[1]) end
+if ARGV[3] == '0' then
+  for _, s in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    redis.call('DEL', ARGV[4] .. s)
+  end
+  redis.call('DEL', KEYS[2], KEYS[3])
+end
+return {1, ''}
+"""
+
+
+class Store:
+    def __init__(self, where: str | Connection, *, timeout: float = 1.0) -> None:
+        """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
+        ``redis_connect.connect`` (Sentinel, Cluster, TLS files)."""
+        if isinstance(where, str):
+            where = connect(RedisConfig(url=where, timeout_s=timeout))
+        self.address = where.address
+        self.cluster = where.cluster
+        self.timeout = timeout
+        # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
+        self._redis: Any = where.client
+        self._create = self._redis.register_script(_CREATE)
+        self._take_over = self._redis.register_script(_TAKE_OVER)
+        self._write = self._redis.register_script(_WRITE)
+        self._release = self._redis.register_script(_RELEASE)
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException,
+                OSError) as exc:
+            raise Unavailable(f"Redis at {self.address} is unreachable ({what}): "
+                              f"{type(exc).__name__}") from None
+        except redis.ResponseError as exc:
+            raise Unavailable(f"Redis at {self.address} refused {what}: {exc}") from None
+
+    def ping(self) -> bool:
+        return bool(self._call("ping", self._redis.ping))
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # -- names ---------------------------------------------------------------------
+
+    def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int) -> int:
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
+        ok, value = self._call("create", lambda: self._create(
+            keys=keys, args=[name, holder, instance, fingerprint, keep]))
+        if not ok:
+            raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
+                                f"{value.decode()}")
+        self._update_set("sadd", name)
+        return int(value)
+
+    def take_over(self, name: str, holder: str, instance: str, fingerprint: str,
+                  keep: int) -> tuple[int, str]:
+        """Claim ``name`` for this server, raising its generation. Returns (generation,
+        previous holder or "")."""
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
+        gen, previous = self._call("restore", lambda: self._take_over(
+            keys=keys, args=[name, holder, instance, fingerprint, keep]))
+        self._update_set("sadd", name)
+        return int(gen), previous.decode()
+
+    def release(self, name: str, instance: str, keep_checkpoints: bool) -> None:
+        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "seq")])
+        ok, holder = self._call("delete", lambda: self._release(
+            keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:")]))
+        if not ok:
+            if not holder:
+                raise NotFound(f"pipeline {name!r} does not exist")
+            raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}")
+        self._update_set("srem", name)
+
+    def _with_set(self, keys: list[str]) -> list[str]:
+        """The scripts' keys, plus the name set where it shares their slot."""
+        return keys if self.cluster else [*keys, PIPELINES_KEY]
+
+    def _update_set(self, command: str, name: str) -> None:
+        """Cluster only: keep the listing set in step. Best effort: the claim itself is
+        done, so a failure here is logged, never raised (listing checks owners anyway)."""
+        if not self.cluster:
+            return
+        try:
+            self._call("update the name set",
+                       lambda: getattr(self._redis, command)(PIPELINES_KEY, name))
+            if command == "srem" and self.owner(name) is not None:
+                # Claimed again between our release and this removal: list it again.
+                self._call("update the name set",
+                           lambda: self._redis.sadd(PIPELINES_KEY, name))
+        except Unavailable as exc:
+            log.warning("could not update the name set for %s: %s", name, exc.message,
+                        extra={"pipeline": name})
+
+    def owner(self, name: str) -> Owner | None:
+        raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
+        return _owner(raw)
+
+    def owners(self, names: list[str]) -> dict[str, Owner | None]:
+        def fetch() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.hgetall(_k(name, "owner"))
+            return pipe.execute()
+        return dict(zip(names, (_owner(r) for r in self._call("read owners", fetch)),
+                        strict=True))
+
+    def names(self) -> list[str]:
+        raw = self._call("list", lambda: self._redis.smembers(PIPELINES_KEY))
+        names = sorted(n.decode() for n in raw)
+        if self.cluster and names:
+            # The set is updated apart from the owner keys here: trust the owners.
+            owners = self.owners(names)
+            names = [n for n in names if owners[n] is not None]
+        return names
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    def write_checkpoint(self, name: str, instance: str, generation: int, blob: bytes,
+                         batches: int, server: str) -> StoredCheckpoint:
+        created = int(time.time() * 1000)
+        sha = hashlib.sha256(blob).hexdigest()
+        keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts")]
+        args: list[str | int | bytes] = [instance, generation, blob, sha, batches, created,
+                                         server, _k(name, "ckpt:")]
+        ok, value = self._call("checkpoint", lambda: self._write(keys=keys, args=args))
+        if not ok:
+            holder = value.decode() if value else "nobody (deleted)"
+            raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
+                         "checkpoints are refused")
+        seq = int(value)
+        return StoredCheckpoint(checkpoint_id(name, seq), name, batches, created, len(blob),
+                                server, generation, blob)
+
+    def read_checkpoint(self, cid: str, *, with_blob: bool = True) -> StoredCheckpoint:
+        name, seq = parse_checkpoint_id(cid)
+        fields = ["batches", "created_ms", "server", "generation", "sha256"]
+        if with_blob:
+            fields.append("blob")
+        values = self._call("read checkpoint", lambda: self._redis.hmget(
+            _k(name, f"ckpt:{seq}"), fields))
+        if values[0] is None:
+            raise NotFound(f"checkpoint {cid!r} does not exist (never written, or retired by "
+                           "retention)")
+        blob = values[5] if with_blob else None
+        if blob is not None and hashlib.sha256(blob).hexdigest() != values[4].decode():
+            raise CorruptCheckpoint(f"checkpoint {cid!r} in Redis fails its integrity check")
+        size = len(blob) if blob is not None else 0
+        return StoredCheckpoint(cid, name, int(values[0]), int(values[1]), size,
+                                values[2].decode(), int(values[3]), blob)
+
+    def list_checkpoints(self, name: str) -> list[StoredCheckpoint]:
+        def fetch() -> list[Any]:
+            seqs = self._redis.zrange(_k(name, "ckpts"), 0, -1)
+            pipe = self._redis.pipeline(transaction=False)
+            for s in seqs:
+                key = _k(name, f"ckpt:{int(s)}")
+                pipe.hmget(key, ["batches", "created_ms", "server", "generation"])
+                pipe.hstrlen(key, "blob")
+            return [seqs, pipe.execute()]
+        seqs, rows = self._call("list checkpoints", fetch)
+        out = []
+        for i, s in enumerate(seqs):
+            meta, size = rows[2 * i], rows[2 * i + 1]
+            if meta[0] is None:
+                continue  # retired between the two reads
+            out.append(StoredCheckpoint(checkpoint_id(name, int(s)), name, int(meta[0]),
+                                        int(meta[1]), int(size), meta[2].decode(),
+                                        int(meta[3])))
+        return out
+
+
+def _owner(raw: dict[bytes, bytes]) -> Owner | None:
+    if not raw:
+        return None
+    return Owner(
+        holder=raw[b"holder"].decode(), instance=raw[b"instance"].decode(),
+        generation=int(raw[b"generation"]), fingerprint=raw[b"fingerprint"].decode(),
+        keep=int(raw[b"keep"]), latest=int(raw.get(b"latest", 0)))
