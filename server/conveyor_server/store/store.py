@@ -11,9 +11,11 @@ slot and the Lua scripts below stay atomic:
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation
     conveyor:pipelines         set of claimed names (for listing)
 
-The name set is updated by the same script as the owner, except on a Redis Cluster, where
-it lives in another slot and is updated by a second command just after (listing then
-checks each name's owner, so a name is never listed after its owner key is gone).
+Writes are the Lua scripts in ``scripts/`` (read once per process, registered once per
+``Store``, run by their SHA). The name set is updated by the same script as the owner,
+except on a Redis Cluster, where it lives in another slot and is updated by a second
+command just after (listing then checks each name's owner, so a name is never listed after
+its owner key is gone).
 
 Every call has a timeout and no retries; Redis errors become ``Unavailable`` naming the
 address without credentials.
@@ -21,12 +23,14 @@ address without credentials.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import redis
@@ -91,68 +95,15 @@ class StoredCheckpoint:
     blob: bytes | None = None
 
 
-# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('HGET', KEYS[1], 'holder')}
-end
-local gen = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
-           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0)
-if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
-return {1, gen}
-"""
 
-# KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
-_TAKE_OVER = """
-local previous = redis.call('HGET', KEYS[1], 'holder') or ''
-local latest = redis.call('HGET', KEYS[1], 'latest') or 0
-local gen = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
-           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', latest)
-if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
-return {gen, previous}
-"""
 
-# KEYS: owner, seq, ckpts   ARGV: instance, generation, blob, sha, batches, created, server, prefix
-_WRITE = """
-local inst = redis.call('HGET', KEYS[1], 'instance')
-local gen = redis.call('HGET', KEYS[1], 'generation')
-if inst ~= ARGV[1] or gen ~= ARGV[2] then
-  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
-end
-local seq = redis.call('INCR', KEYS[2])
-redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches', ARGV[5],
-           'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2])
-redis.call('ZADD', KEYS[3], seq, seq)
-redis.call('HSET', KEYS[1], 'latest', seq)
-local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))
-local count = redis.call('ZCARD', KEYS[3])
-if keep and keep > 0 and count > keep then
-  local old = redis.call('ZRANGE', KEYS[3], 0, count - keep - 1)
-  for _, s in ipairs(old) do
-    redis.call('DEL', ARGV[8] .. s)
-    redis.call('ZREM', KEYS[3], s)
-  end
-end
-return {1, seq}
-"""
 
-# KEYS: owner, ckpts, seq, [set]   ARGV: name, instance, keep_checkpoints, prefix
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then
-  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
-end
-redis.call('DEL', KEYS[1])
-if KEYS[4] then redis.call('SREM', KEYS[4], ARGV[1]) end
-if ARGV[3] == '0' then
-  for _, s in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    redis.call('DEL', ARGV[4] .. s)
-  end
-  redis.call('DEL', KEYS[2], KEYS[3])
-end
-return {1, ''}
-"""
+
+
+@functools.cache
+def lua_script(name: str) -> str:
+    """The text of ``scripts/<name>.lua``, read once per process."""
+    return (resources.files(__package__) / "scripts" / f"{name}.lua").read_text()
 
 
 class Store:
@@ -166,10 +117,10 @@ class Store:
         self.timeout = timeout
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
         self._redis: Any = where.client
-        self._create = self._redis.register_script(_CREATE)
-        self._take_over = self._redis.register_script(_TAKE_OVER)
-        self._write = self._redis.register_script(_WRITE)
-        self._release = self._redis.register_script(_RELEASE)
+        self._create = self._redis.register_script(lua_script("create"))
+        self._take_over = self._redis.register_script(lua_script("take_over"))
+        self._write = self._redis.register_script(lua_script("write_checkpoint"))
+        self._release = self._redis.register_script(lua_script("release"))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:

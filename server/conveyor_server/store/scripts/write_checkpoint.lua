@@ -1,0 +1,24 @@
+-- Store a checkpoint if this server still holds the name at this generation (else
+-- {0, holder}): blob and index together, then retire the oldest beyond 'keep'.
+-- Returns {1, sequence}.
+-- KEYS: owner, seq, ckpts   ARGV: instance, generation, blob, sha, batches, created, server, prefix
+local inst = redis.call('HGET', KEYS[1], 'instance')
+local gen = redis.call('HGET', KEYS[1], 'generation')
+if inst ~= ARGV[1] or gen ~= ARGV[2] then
+  return {0, redis.call('HGET', KEYS[1], 'holder') or ''}
+end
+local seq = redis.call('INCR', KEYS[2])
+redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches', ARGV[5],
+           'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2])
+redis.call('ZADD', KEYS[3], seq, seq)
+redis.call('HSET', KEYS[1], 'latest', seq)
+local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))
+local count = redis.call('ZCARD', KEYS[3])
+if keep and keep > 0 and count > keep then
+  local old = redis.call('ZRANGE', KEYS[3], 0, count - keep - 1)
+  for _, s in ipairs(old) do
+    redis.call('DEL', ARGV[8] .. s)
+    redis.call('ZREM', KEYS[3], s)
+  end
+end
+return {1, seq}
