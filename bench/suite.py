@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ("bench.throughput", "bench.transport", "bench.checkpointing", "bench.memory")
+MODULES = ("bench.throughput", "bench.batch_ops", "bench.transport", "bench.checkpointing",
+           "bench.memory")
 
 
 def main() -> int:

@@ -304,13 +304,13 @@ def _add_unseeded_op(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
                         schema.OpSchema(1, ("images",), {"seed": schema.Arg("int", default=-1)}))
     unkeyed = np.random.default_rng()
 
-    def build(ctx: registry.OpContext) -> registry.BuiltOp:
+    def build(ctx: registry.OpContext) -> registry.SampleOp:
         def noisy(inputs: Any, targs: Any) -> tuple[np.ndarray, ...]:
             return (inputs[0] ^ unkeyed.integers(0, 2, size=inputs[0].shape, dtype=np.uint8),)
-        return registry.BuiltOp(noisy, ("HWC",))
+        return registry.SampleOp(noisy, ("HWC",))
 
     registry.builder_for("rotate")  # load the built-in operators first
-    monkeypatch.setitem(registry._BUILDERS, "test.unkeyed_noise", build)
+    monkeypatch.setitem(registry._BUILDERS, ("test.unkeyed_noise", registry.SAMPLE), build)
     from conveyor.fn import _make_op
     return _make_op("test.unkeyed_noise")
 

@@ -23,8 +23,8 @@ from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.ops import decode, jpeg_fast, normalize, rotate
 from conveyor_server.engine.ops.registry import (
-    BuiltOp,
     OpContext,
+    SampleOp,
     builder_for,
     register,
     registered,
@@ -34,7 +34,7 @@ from conveyor_server.engine.ops.registry import (
 
 
 def build(op_type: str, *, device: str = "cpu", tensor_args: Iterable[str] = (),
-          input_layouts: tuple[str, ...] = ("HWC",), **args: Any) -> BuiltOp:
+          input_layouts: tuple[str, ...] = ("HWC",), **args: Any) -> SampleOp:
     """Build an operator as the engine does: constants encoded, decoded with defaults."""
     spec = pipeline_pb2.OpSpec(type=op_type, device=device, num_outputs=1)
     for name, value in args.items():
@@ -44,10 +44,12 @@ def build(op_type: str, *, device: str = "cpu", tensor_args: Iterable[str] = (),
         spec.arg_inputs[name].CopyFrom(pipeline_pb2.OutputRef(op=0, output=0))
     ctx = OpContext(op_type=op_type, index=1, args=decode_args(spec),
                     tensor_args=frozenset(fed), device=device, input_layouts=input_layouts)
-    return builder_for(op_type)(ctx)
+    op = builder_for(op_type)(ctx)
+    assert isinstance(op, SampleOp)
+    return op
 
 
-def run(op: BuiltOp, image: np.ndarray, **targs: Any) -> np.ndarray:
+def run(op: SampleOp, image: np.ndarray, **targs: Any) -> np.ndarray:
     """Run one sample through ``op``; check the output is one writable, contiguous array."""
     outs = op.fn([image], {k: np.asarray(v) for k, v in targs.items()})
     assert len(outs) == 1
@@ -665,7 +667,7 @@ def test_registry_lists_the_ops_and_rejects_a_duplicate() -> None:
                "cast"):
         assert op in names
     with pytest.raises(ValueError, match="already registered"):
-        register("rotate")(lambda ctx: BuiltOp(fn=lambda inputs, targs: (), layouts=()))
+        register("rotate")(lambda ctx: SampleOp(fn=lambda inputs, targs: (), layouts=()))
     assert builder_for("rotate") is rotate.build_rotate
     with pytest.raises(KeyError, match="no per-sample operator"):
         builder_for("readers.file")

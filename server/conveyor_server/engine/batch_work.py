@@ -1,69 +1,154 @@
-"""One batch's per-sample work, shared by a few worker tasks that claim samples in turn.
+"""One batch's work: per-sample phases shared by a few worker tasks, batch phases between.
 
-A batch is ``num_threads`` tasks, not one task per sample: each task takes the next
-unclaimed sample until none is left, so the workers stay balanced while the pool sees a
-handful of futures per batch instead of one per sample (every future is a lock, a wakeup
-and a trip through the GIL). Which worker computes a sample changes nothing: every random
-draw is keyed by the sample's global index. Errors are kept per sample and the first in
+A batch runs its phases in order. A per-sample phase is ``num_threads`` tasks, not one
+task per sample: each task takes the next unclaimed sample until none is left, so the
+workers stay balanced while the pool sees a handful of futures per batch instead of one
+per sample (every future is a lock, a wakeup and a trip through the GIL). A batch phase
+runs once, on the worker that finished the phase before it: that is the barrier. Then the
+next per-sample phase starts. Which worker computes a sample changes nothing: every random
+draw is keyed by the sample's global index.
+
+Errors are kept per sample and a phase with errors ends the batch; the first error in
 sample order is raised, so the error a batch reports does not depend on timing either.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from concurrent.futures import CancelledError, Executor, Future, wait
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError, Executor, Future
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-Sources = dict[int, Any]
+S = TypeVar("S")
 
 
-class BatchWork:
-    def __init__(self, sources: list[Sources], compute: Callable[[Sources], list[Any]]) -> None:
-        self._sources = sources
-        self._compute = compute
-        self._results: list[list[Any] | None] = [None] * len(sources)
-        self._errors: list[BaseException | None] = [None] * len(sources)
+@dataclass(frozen=True)
+class SamplePhase(Generic[S]):
+    """Work on one sample's state, run for every sample on the worker threads."""
+
+    run: Callable[[S], None]
+
+
+@dataclass(frozen=True)
+class BatchPhase(Generic[S]):
+    """Work on the whole batch's states at once, run once per batch."""
+
+    run: Callable[[list[S]], None]
+
+
+Phase = SamplePhase[S] | BatchPhase[S]
+
+
+class BatchWork(Generic[S]):
+    def __init__(self, samples: list[S], phases: Sequence[Phase[S]]) -> None:
+        self._samples = samples
+        self._phases = phases
+        self._errors: list[BaseException | None] = [None] * len(samples)
+        self._batch_error: BaseException | None = None
+        self._phase = 0
         self._claim = itertools.count()  # next() on it is atomic: one C call under the GIL
-        self._cancelled = False
+        self._lock = threading.Lock()
+        self._tasks = 0  # tasks submitted and not ended (or cancelled) yet
         self._futures: list[Future[None]] = []
+        self._pool: Executor | None = None
+        self._threads = 1
+        self._cancelled = False
+        self._done = threading.Event()
 
-    def start(self, pool: Executor, tasks: int) -> None:
-        count = max(1, min(tasks, len(self._sources)))
-        self._futures = [pool.submit(self._work) for _ in range(count)]
+    def start(self, pool: Executor, threads: int) -> None:
+        self._pool, self._threads = pool, threads
+        self._advance()
 
-    def _work(self) -> None:
-        size = len(self._sources)
-        while not self._cancelled:
-            i = next(self._claim)
-            if i >= size:
-                return
+    def _advance(self) -> None:
+        """Run batch phases until a per-sample phase needs the workers (then start them) or
+        the batch is done. Only one thread is here at a time: the one that started the
+        batch, or the one that ended the last task of a phase."""
+        while True:
+            with self._lock:
+                if (self._phase >= len(self._phases) or self._cancelled
+                        or self._batch_error is not None
+                        or any(e is not None for e in self._errors)):
+                    self._done.set()
+                    return
+                phase = self._phases[self._phase]
+                if isinstance(phase, SamplePhase):
+                    self._claim = itertools.count()
+                    self._submit(phase, max(1, min(self._threads, len(self._samples))))
+                    return
             try:
-                self._results[i] = self._compute(self._sources[i])
-            except BaseException as exc:  # raised in sample order by results()
-                self._errors[i] = exc
+                phase.run(self._samples)
+            except BaseException as exc:  # raised by results()
+                self._batch_error = exc
+            self._phase += 1
+
+    def _submit(self, phase: SamplePhase[S], count: int) -> None:
+        """Start ``count`` tasks of ``phase`` (with the lock held)."""
+        assert self._pool is not None
+        for _ in range(count):
+            try:
+                future = self._pool.submit(self._work, phase)
+            except RuntimeError:  # the pool was shut down: the pipeline is closing
+                self._cancelled = True
+                break
+            self._tasks += 1
+            self._futures.append(future)
+        if self._tasks == 0:
+            self._done.set()
+
+    def _work(self, phase: SamplePhase[S]) -> None:
+        try:
+            size = len(self._samples)
+            while not self._cancelled:
+                i = next(self._claim)
+                if i >= size:
+                    break
+                try:
+                    phase.run(self._samples[i])
+                except BaseException as exc:  # raised in sample order by results()
+                    self._errors[i] = exc
+        finally:
+            self._task_ended()
+
+    def _task_ended(self, count: int = 1) -> None:
+        with self._lock:
+            self._tasks -= count
+            if self._tasks:
+                return
+            if self._cancelled:
+                self._done.set()
+                return
+            self._futures = []
+            self._phase += 1
+        self._advance()
 
     def cancel(self) -> None:
         """Stop claiming samples; tasks not started yet are dropped."""
-        self._cancelled = True
-        for f in self._futures:
-            f.cancel()
+        with self._lock:
+            self._cancelled = True
+            futures = self._futures
+            self._futures = []
+            if self._tasks == 0:
+                self._done.set()
+        dropped = sum(1 for f in futures if f.cancel())  # never to run: count them here
+        if dropped:
+            self._task_ended(dropped)
 
     def ready(self, timeout: float | None) -> bool:
-        """Wait up to ``timeout`` seconds (None: for as long as it takes) for every task to
-        end, cancelled ones included; True if they have."""
-        if all(f.done() for f in self._futures):  # the usual case once prefetched
-            return True
-        return not wait(self._futures, timeout).not_done
+        """Wait up to ``timeout`` seconds (None: for as long as it takes) for the batch to
+        end, cancelled or not; True if it has."""
+        return self._done.is_set() or self._done.wait(timeout)
 
-    def results(self) -> list[list[Any]]:
-        """Every sample's outputs in order, or the first sample's error; ``CancelledError``
-        if the batch was cancelled."""
-        for f in self._futures:
-            f.result()
+    def results(self) -> list[S]:
+        """Every sample's final state in order, or the first sample's error (then the batch
+        phase's); ``CancelledError`` if the batch was cancelled."""
+        self._done.wait()
         if self._cancelled:
             raise CancelledError
         for error in self._errors:
             if error is not None:
                 raise error
-        return self._results  # type: ignore[return-value]
+        if self._batch_error is not None:
+            raise self._batch_error
+        return self._samples

@@ -1,7 +1,8 @@
 """The in-process engine: ``Pipeline(spec)`` or ``Pipeline(spec, checkpoint=blob)``.
 
 Batches are produced in order; each batch's per-sample work runs on ``num_threads``
-workers, and up to ``prefetch_queue_depth`` batches are computed ahead of the consumer.
+workers, its per-batch operators at barriers between (see ``segments.py``), and up to
+``prefetch_queue_depth`` batches are computed ahead of the consumer.
 Source stages advance only on the submitting thread, and every random draw is keyed by
 global sample index, so the stream does not depend on threads, prefetch or timing.
 
@@ -12,23 +13,17 @@ O(1), never by replay.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from conveyor import spec as specs
 from conveyor.errors import (
     CheckpointingDisabled,
-    ConveyorError,
     CorruptCheckpoint,
-    DataFileError,
     FailedPrecondition,
-    Internal,
     InvalidArgument,
 )
 from conveyor.tensor_list import TensorList
@@ -38,9 +33,12 @@ from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops.threads import single_threaded_opencv
-from conveyor_server.engine.plan import Plan, Ref, build_plan
+from conveyor_server.engine.plan import Plan, build_plan
+from conveyor_server.engine.segments import SampleState, SegmentRunner
 
 Batch = tuple[TensorList, ...]
+#: Whether operators registered in both forms run per batch unless told otherwise.
+BATCH_OPS = True
 
 
 class Pipeline:
@@ -51,7 +49,10 @@ class Pipeline:
         *,
         data_roots: Sequence[str | Path] | None = None,
         limits: EngineLimits = NO_LIMITS,
+        batch_ops: bool = BATCH_OPS,
     ) -> None:
+        """``batch_ops``: run operators registered per batch in that form (they give the
+        same bytes as their per-sample form; see ``ops/registry.py``)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -60,7 +61,8 @@ class Pipeline:
         roots = [Path(r) for r in data_roots] if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
-        self._plan: Plan = build_plan(spec, roots, limits)
+        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops)
+        self._segments = SegmentRunner(self._plan)
         single_threaded_opencv()
         self._limits = limits
         self._batch_size = spec.batch_size
@@ -81,12 +83,10 @@ class Pipeline:
         self._base_states = [stage.get_state() for stage in self._plan.stages]
         self._returned = base
         self._produced = base
-        self._inflight: deque[BatchWork] = deque()
+        self._inflight: deque[BatchWork[SampleState]] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
         self._threads = max(1, spec.num_threads)
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-worker")
-        self._lock = threading.Lock()
-        self._files_read = 0
         self._closed = False
 
     # -- counters ------------------------------------------------------------------------
@@ -103,7 +103,7 @@ class Pipeline:
     @property
     def files_read(self) -> int:
         """Data files read so far by this pipeline object (prefetch included)."""
-        return self._files_read
+        return self._segments.files_read
 
     @property
     def batch_size(self) -> int:
@@ -130,10 +130,9 @@ class Pipeline:
         except BaseException:
             self._rewind()
             raise
-        outputs = []
-        for o, ref in enumerate(self._plan.outputs):
-            samples = [r[o] for r in results]
-            outputs.append(TensorList(samples, self._plan.layouts.get(ref, "")))
+        outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
+                   for ref, samples in zip(self._plan.outputs,
+                                           self._segments.outputs(results), strict=True)]
         try:
             self._limits.check_batch(outputs, self._returned)
         except BaseException:
@@ -166,10 +165,8 @@ class Pipeline:
 
     def _submit(self) -> None:
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
-        work = BatchWork([{op: values[i] for op, values in per_stage}
-                          for i in range(self._batch_size)], self._sample)
-        work.start(self._pool, self._threads)
-        self._inflight.append(work)
+        self._inflight.append(self._segments.start(per_stage, self._produced, self._batch_size,
+                                                   self._pool, self._threads))
         self._produced += 1
 
     def wait_prefetched(self) -> None:
@@ -191,40 +188,6 @@ class Pipeline:
     def _rewind(self) -> None:
         """Drop prefetched work and put the stages back at the returned position."""
         self.seek(self._returned)
-
-    def _sample(self, sources: dict[int, Any]) -> list[Any]:
-        values: dict[Ref, Any] = {}
-        where = ""
-        for op, value in sources.items():
-            binding = self._plan.readers.get(op)
-            if binding is None:
-                values[(op, 0)] = value
-                continue
-            entry = binding.entries[value]
-            where = where or entry.path
-            try:
-                values[(op, 0)] = np.fromfile(entry.path, dtype=np.uint8)
-            except OSError as exc:
-                raise DataFileError(f"readers.file: cannot read {entry.path!r}: "
-                                    f"{exc.strerror or exc}") from None
-            with self._lock:
-                self._files_read += 1
-            values[(op, 1)] = np.array([entry.label], dtype=np.int32)
-        for step in self._plan.steps:
-            inputs = [values[r] for r in step.inputs]
-            targs = {k: values[r] for k, r in step.arg_inputs.items()}
-            try:
-                outs = step.fn(inputs, targs)
-            except ConveyorError as exc:
-                exc.message = f"{step.op_type} (op {step.op_index}) on {where!r}: {exc.message}"
-                exc.args = (exc.message,)
-                raise
-            except Exception as exc:
-                raise Internal(f"{step.op_type} (op {step.op_index}) failed on {where!r}: "
-                               f"{type(exc).__name__}: {exc}") from exc
-            for o, out in enumerate(outs):
-                values[(step.op_index, o)] = out
-        return [values[r] for r in self._plan.outputs]
 
     # -- state ---------------------------------------------------------------------------
 

@@ -1,8 +1,12 @@
 """Turn a validated ``PipelineSpec`` into an executable plan.
 
 Readers and random operators become source stages (stateful, run once per batch on the
-submitting thread); every other operator becomes a per-sample step, run for one sample at a
-time on a worker thread. A sample's steps run in spec order, which is topological.
+submitting thread); every other operator becomes a step, in spec order (which is
+topological). Consecutive per-sample steps form one ``SampleSegment``, run for one sample
+at a time on the worker threads; a per-batch step is a ``BatchSegment`` of its own, run
+once per batch at a barrier. The first segment is always per sample: it reads each
+sample's file. Where an operator is registered in both forms, ``batch_ops`` picks the
+batched one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from conveyor.spec import validate_spec
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
-from conveyor_server.engine.ops.registry import OpContext, SampleFn, builder_for
+from conveyor_server.engine.ops import registry
+from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
@@ -34,13 +39,34 @@ class ReaderBinding:
 
 
 @dataclass
-class SampleStep:
+class Step:
     op_index: int
     op_type: str
-    fn: SampleFn
+    op: BuiltOp
     inputs: list[Ref]
     arg_inputs: dict[str, Ref]
     num_outputs: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.op_type} (op {self.op_index})"
+
+
+@dataclass
+class SampleSegment:
+    """Per-sample steps run one after another for each sample, on the worker threads."""
+
+    steps: list[Step]
+
+
+@dataclass
+class BatchSegment:
+    """One per-batch step, run once per batch after the segments before it."""
+
+    step: Step
+
+
+Segment = SampleSegment | BatchSegment
 
 
 @dataclass
@@ -49,9 +75,29 @@ class Plan:
     stages: list[SourceStage]
     readers: dict[int, ReaderBinding]
     randoms: dict[int, RandomStage]
-    steps: list[SampleStep]
+    segments: list[Segment]
     layouts: dict[Ref, str]
     outputs: list[Ref]
+
+    def describe(self) -> list[str]:
+        """One line per segment: ``per sample: decoders.image@cpu, rotate@cpu``."""
+        lines = []
+        for segment in self.segments:
+            steps = segment.steps if isinstance(segment, SampleSegment) else [segment.step]
+            kind = "per sample" if isinstance(segment, SampleSegment) else "per batch"
+            names = ", ".join(f"{s.op_type}@{s.op.device}" for s in steps) or "(read only)"
+            lines.append(f"{kind}: {names}")
+        return lines
+
+    def _add(self, step: Step) -> None:
+        if isinstance(step.op, BatchOp):
+            self.segments.append(BatchSegment(step))
+            return
+        last = self.segments[-1]
+        if isinstance(last, SampleSegment):
+            last.steps.append(step)
+        else:
+            self.segments.append(SampleSegment([step]))
 
     def reader(self, name: str | None) -> ReaderBinding:
         if name is None:
@@ -74,10 +120,17 @@ def _seed(args: dict[str, object], pipeline_seed: int) -> int:
     return pipeline_seed if not isinstance(seed, int) or seed < 0 else seed
 
 
+def _form(op_type: str, batch_ops: bool) -> registry.Per:
+    forms = registry.forms(op_type)
+    if not forms:
+        raise KeyError(f"no operator {op_type!r} is registered")
+    return BATCH if BATCH in forms and (batch_ops or SAMPLE not in forms) else SAMPLE
+
+
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
-               limits: EngineLimits = NO_LIMITS) -> Plan:
+               limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True) -> Plan:
     validate_spec(spec)
-    plan = Plan(spec, [], {}, {}, [], {}, [_ref(r) for r in spec.outputs])
+    plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     for index, op in enumerate(spec.ops):
         args = schema.decode_args(op)
@@ -110,10 +163,9 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
                 limits=limits,
             )
-            built = builder_for(op.type)(ctx)
-            plan.steps.append(SampleStep(
-                index, op.type, built.fn, [_ref(r) for r in op.inputs],
-                {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs))
+            built = registry.build(ctx, _form(op.type, batch_ops))
+            plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs],
+                           {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs))
             for out, layout in enumerate(built.layouts):
                 plan.layouts[(index, out)] = layout
     return plan

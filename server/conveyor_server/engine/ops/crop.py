@@ -20,13 +20,13 @@ from conveyor_server.engine.ops.args import (
     scalar_arg,
     with_channels,
 )
-from conveyor_server.engine.ops.registry import BuiltOp, OpContext, register
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 # -- crop --------------------------------------------------------------------------------
 
 
 @register("crop")
-def build_crop(ctx: OpContext) -> BuiltOp:
+def build_crop(ctx: OpContext) -> SampleOp:
     op, args = ctx.op_type, ctx.args
     window = crop_window(ctx, required=True)
     assert window is not None
@@ -40,7 +40,7 @@ def build_crop(ctx: OpContext) -> BuiltOp:
         # A view into the input is copied; a padded window is already a new array.
         return (np.array(out, order="C", copy=True) if out.base is not None else out,)
 
-    return BuiltOp(fn=crop, layouts=("HWC",))
+    return SampleOp(fn=crop, layouts=("HWC",))
 
 
 # -- flip --------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def flip_image(image: np.ndarray, horizontal: bool, vertical: bool) -> np.ndarra
 
 
 @register("flip")
-def build_flip(ctx: OpContext) -> BuiltOp:
+def build_flip(ctx: OpContext) -> SampleOp:
     op = ctx.op_type
     horizontal = scalar_arg(ctx, "horizontal", 0, 1)
     vertical = scalar_arg(ctx, "vertical", 0, 1)
@@ -74,4 +74,4 @@ def build_flip(ctx: OpContext) -> BuiltOp:
         check_image(op, image)
         return (flip_image(image, bool(horizontal(targs)), bool(vertical(targs))),)
 
-    return BuiltOp(fn=flip, layouts=("HWC",))
+    return SampleOp(fn=flip, layouts=("HWC",))

@@ -22,7 +22,7 @@ from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import jpeg_fast, jpeg_markers
-from conveyor_server.engine.ops.registry import BuiltOp, OpContext, SampleFn, register
+from conveyor_server.engine.ops.registry import OpContext, SampleFn, SampleOp, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
 DECODER_ID = f"opencv {cv2.__version__}; {jpeg_fast.VERSION}"
@@ -157,16 +157,17 @@ def decode_image(data: np.ndarray, output_type: str,
 
 
 @register("decoders.image")
-def build_decode(ctx: OpContext) -> BuiltOp:
+def build_decode(ctx: OpContext) -> SampleOp:
     output_type = ctx.args["output_type"]
     limits = ctx.limits
     if ctx.device != "cpu":
-        return BuiltOp(fn=_gpu_decoder(ctx.device, output_type, limits), layouts=("HWC",))
+        return SampleOp(fn=_gpu_decoder(ctx.device, output_type, limits), layouts=("HWC",),
+                        device="gpu")
 
     def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         return (decode_image(inputs[0], output_type, limits),)
 
-    return BuiltOp(fn=decode, layouts=("HWC",))
+    return SampleOp(fn=decode, layouts=("HWC",))
 
 
 # -- GPU path (device "mixed" / "gpu") ---------------------------------------------------

@@ -7,11 +7,14 @@ round to nearest and saturate, as DALI's ``ConvertSat``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from conveyor.errors import SpecError
 from conveyor_server.engine.ops.args import (
+    ArgGetter,
+    CropWindow,
     Targs,
     check_image,
     crop_image,
@@ -19,7 +22,7 @@ from conveyor_server.engine.ops.args import (
     per_channel,
     scalar_arg,
 )
-from conveyor_server.engine.ops.registry import BuiltOp, OpContext, register
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 # -- conversions -------------------------------------------------------------------------
 
@@ -87,78 +90,127 @@ def _check_mean_std(op: str, mean: Sequence[float], std: Sequence[float]) -> Non
                                    "value, or one per channel, for each")
 
 
-def normalize(view: np.ndarray, mul: np.ndarray, add: np.ndarray, dtype: np.dtype, *,
-              chw: bool, channels_out: int) -> np.ndarray:
-    """``view * mul + add`` per channel, in float32, into a new array of ``dtype``.
+def output_shape(view_shape: tuple[int, ...], *, chw: bool,
+                 channels_out: int) -> tuple[int, int, int]:
+    h, w = view_shape[0], view_shape[1]
+    return (channels_out, h, w) if chw else (h, w, channels_out)
 
-    The output is CHW (``chw``) or HWC, with ``channels_out`` channels: those past the
-    input's are 0.
+
+def normalize_into(out: np.ndarray, view: np.ndarray, mul: np.ndarray, add: np.ndarray, *,
+                   chw: bool) -> None:
+    """Write ``view * mul + add`` per channel, computed in float32, into ``out``.
+
+    ``view`` is HWC; ``out`` holds the output type and is shaped by ``output_shape``: CHW
+    (``chw``) or HWC, with at least the view's channels; those past them are set to 0.
     """
     h, w, c = view.shape
     if chw:
         src = view.transpose(2, 0, 1)
         mul, add = mul.reshape(c, 1, 1), add.reshape(c, 1, 1)
+        target = out[:c]
     else:
         # Rows as runs of W*C values with the coefficients tiled to match: numpy then loops
         # along whole rows rather than over each pixel's C values (several times faster).
         src = np.ascontiguousarray(view).reshape(h, w * c)
         mul, add = np.tile(mul, w), np.tile(add, w)
-    work = np.empty(src.shape, dtype=np.float32)
+        target = out[..., :c]
+    if out.shape[0 if chw else 2] > c:
+        (out[c:] if chw else out[..., c:]).fill(0)
+    # float32 out: computed in place (HWC rows need every channel of out to be the view's).
+    direct = out.dtype == np.float32 and (chw or out.shape[2] == c)
+    work = ((target if chw else out.reshape(h, w * c)) if direct
+            else np.empty(src.shape, dtype=np.float32))
     np.multiply(src, mul, out=work, casting="unsafe")
     np.add(work, add, out=work)
-    work = work.reshape((c, h, w) if chw else (h, w, c))
-    result = work if dtype == np.float32 else saturate_cast(work, dtype)
-    if channels_out == c:
-        return result
-    padded = np.zeros((channels_out, h, w) if chw else (h, w, channels_out), dtype=dtype)
-    if chw:
-        padded[:c] = result
-    else:
-        padded[:, :, :c] = result
-    return padded
+    if not direct:
+        work = work.reshape(target.shape)
+        target[...] = work if out.dtype == np.float32 else saturate_cast(work, out.dtype)
 
 
-@register("crop_mirror_normalize")
-def build_crop_mirror_normalize(ctx: OpContext) -> BuiltOp:
-    op, args = ctx.op_type, ctx.args
+def normalize(view: np.ndarray, mul: np.ndarray, add: np.ndarray, dtype: np.dtype, *,
+              chw: bool, channels_out: int) -> np.ndarray:
+    """``normalize_into`` a new array of ``dtype``."""
+    out = np.empty(output_shape(view.shape, chw=chw, channels_out=channels_out), dtype=dtype)
+    normalize_into(out, view, mul, add, chw=chw)
+    return out
+
+
+@dataclass(frozen=True)
+class CmnParams:
+    """What ``crop_mirror_normalize`` does to each sample, read once from its arguments:
+    the per-sample and the batched forms share it, so they compute the same bytes."""
+
+    op: str
+    window: CropWindow | None
+    mirror: ArgGetter
+    mean: Sequence[float]
+    std: Sequence[float]
+    scale: float
+    shift: float
+    dtype: np.dtype
+    chw: bool
+    pad_output: bool
+
+    @property
+    def layout(self) -> str:
+        return "CHW" if self.chw else "HWC"
+
+    def view(self, image: np.ndarray, targs: Targs) -> np.ndarray:
+        """The sample's cropped, mirrored pixels (a view where possible), HWC."""
+        check_image(self.op, image)
+        # This schema has no out_of_bounds_policy for this operator: DALI's default, "error".
+        view = image if self.window is None else crop_image(self.window, image, targs,
+                                                             "error", (0.0,))
+        return view[:, ::-1] if self.mirror(targs) else view
+
+    def coefficients(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
+        """(mul, add) per channel, float32: out = (in - mean) / std * scale + shift folded
+        into one multiply-add."""
+        mul = self.scale / per_channel(self.op, "std", self.std, channels)
+        add = self.shift - per_channel(self.op, "mean", self.mean, channels) * mul
+        return mul.astype(np.float32), add.astype(np.float32)
+
+    def channels_out(self, channels: int) -> int:
+        # DALI pads to the next power of two channels (3 -> 4) with 0.
+        return _next_pow2(channels) if self.pad_output else channels
+
+
+def cmn_params(ctx: OpContext) -> CmnParams:
+    args = ctx.args
     window = crop_window(ctx, required=False)  # no crop arguments: the whole image (DALI)
     mirror = scalar_arg(ctx, "mirror", 0, 1)
     mean, std = args["mean"], args["std"]
-    _check_mean_std(op, mean, std)
-    scale, shift = float(args["scale"]), float(args["shift"])
-    dtype = np.dtype(args["dtype"])
-    chw = args["output_layout"] == "CHW"
-    pad_output = bool(args["pad_output"])
+    _check_mean_std(ctx.op_type, mean, std)
+    return CmnParams(
+        op=ctx.op_type, window=window, mirror=mirror, mean=mean, std=std,
+        scale=float(args["scale"]), shift=float(args["shift"]), dtype=np.dtype(args["dtype"]),
+        chw=args["output_layout"] == "CHW", pad_output=bool(args["pad_output"]))
+
+
+@register("crop_mirror_normalize")
+def build_crop_mirror_normalize(ctx: OpContext) -> SampleOp:
+    p = cmn_params(ctx)
 
     def crop_mirror_normalize(inputs: Sequence[np.ndarray],
                               targs: Targs) -> tuple[np.ndarray, ...]:
-        image = inputs[0]
-        check_image(op, image)
-        # This schema has no out_of_bounds_policy for this operator: DALI's default, "error".
-        view = image if window is None else crop_image(window, image, targs, "error", (0.0,))
-        if mirror(targs):
-            view = view[:, ::-1]
+        view = p.view(inputs[0], targs)
         c = view.shape[2]
-        # out = (in - mean) / std * scale + shift, folded into one multiply-add per channel.
-        mul = scale / per_channel(op, "std", std, c)
-        add = shift - per_channel(op, "mean", mean, c) * mul
-        # DALI pads to the next power of two channels (3 -> 4) with 0.
-        channels_out = _next_pow2(c) if pad_output else c
-        return (normalize(view, mul.astype(np.float32), add.astype(np.float32), dtype,
-                          chw=chw, channels_out=channels_out),)
+        mul, add = p.coefficients(c)
+        return (normalize(view, mul, add, p.dtype, chw=p.chw,
+                          channels_out=p.channels_out(c)),)
 
-    return BuiltOp(fn=crop_mirror_normalize, layouts=("CHW" if chw else "HWC",))
+    return SampleOp(fn=crop_mirror_normalize, layouts=(p.layout,))
 
 
 # -- cast --------------------------------------------------------------------------------
 
 
 @register("cast")
-def build_cast(ctx: OpContext) -> BuiltOp:
+def build_cast(ctx: OpContext) -> SampleOp:
     dtype = np.dtype(ctx.args["dtype"])
     layout = ctx.input_layouts[0] if ctx.input_layouts else ""
 
     def cast(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         return (saturate_cast(np.asarray(inputs[0]), dtype),)
 
-    return BuiltOp(fn=cast, layouts=(layout,))
+    return SampleOp(fn=cast, layouts=(layout,))

@@ -1,30 +1,54 @@
-"""The registry of per-sample operators.
+"""The registry of operators, and the contract every operator follows.
 
-A per-sample operator is registered by a builder::
+An operator is registered by a builder, per sample (the default) or per batch::
 
     @register("rotate")
-    def build_rotate(ctx: OpContext) -> BuiltOp: ...
+    def build_rotate(ctx: OpContext) -> SampleOp: ...
+
+    @register("crop_mirror_normalize", per=BATCH)
+    def build_crop_mirror_normalize_batch(ctx: OpContext) -> BatchOp: ...
 
 The builder runs once when a pipeline is built: it reads ``ctx.args`` (constants with
 defaults filled in, see ``conveyor.schema``), raises ``SpecError`` for bad combinations,
-and returns a ``BuiltOp`` whose ``fn(inputs, targs)`` maps one sample's input arrays and
-per-sample argument arrays (``targs``, from ``arg_inputs`` such as ``angle=angles``) to a
-tuple of output arrays. ``fn`` must be pure: same inputs, same outputs, on any thread.
-Operators that draw random numbers or keep state are not registered here: they are
-source stages (see ``conveyor_server.engine.stages``).
+and returns what runs:
+
+- a ``SampleOp``, whose ``fn(inputs, targs)`` maps one sample's input arrays and
+  per-sample argument arrays (``targs``, from ``arg_inputs`` such as ``angle=angles``) to a
+  tuple of output arrays. The engine runs it on its worker threads, one sample at a time.
+- a ``BatchOp``, whose ``fn(inputs, targs)`` gets, for each input, the whole batch (the
+  samples in order: a list of arrays whose shapes may differ, or a device batch) and, for
+  each argument input, the samples' values in order; it returns one batch per output (a
+  sequence of per-sample arrays, such as one preallocated array whose first axis is the
+  sample). The engine runs it once per batch, at a barrier after the samples' earlier steps.
+
+Either declares the device it computes on. ``fn`` must be pure: same inputs, same outputs,
+on any thread. Operators that draw random numbers or keep state are not registered here:
+they are source stages (see ``conveyor_server.engine.stages``); their values reach the
+operators through ``targs``, keyed by global sample index, so a batched operator sees the
+same values as the per-sample one. Where an operator has both forms, the engine picks one
+(``Pipeline(batch_ops=...)``); both must give the same bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 
+SAMPLE: Final = "sample"
+BATCH: Final = "batch"
+Per = Literal["sample", "batch"]
+Device = Literal["cpu", "gpu"]
+
 SampleFn = Callable[[Sequence[np.ndarray], Mapping[str, np.ndarray]], tuple[np.ndarray, ...]]
+#: One input's or output's batch: the samples in order (a list of arrays, or one array
+#: whose first axis is the sample), or a device batch.
+SampleBatch = Any
+BatchFn = Callable[[Sequence[SampleBatch], Mapping[str, SampleBatch]], tuple[SampleBatch, ...]]
 
 
 @dataclass(frozen=True)
@@ -44,40 +68,73 @@ class OpContext:
 
 
 @dataclass(frozen=True)
-class BuiltOp:
+class SampleOp:
     fn: SampleFn
     #: Layout of each output ("HWC", "CHW", or "" for none).
     layouts: tuple[str, ...]
+    device: Device = "cpu"
+    per: ClassVar[Per] = SAMPLE
 
 
+@dataclass(frozen=True)
+class BatchOp:
+    fn: BatchFn
+    layouts: tuple[str, ...]
+    device: Device = "cpu"
+    per: ClassVar[Per] = BATCH
+
+
+BuiltOp = SampleOp | BatchOp
 Builder = Callable[[OpContext], BuiltOp]
 
-_BUILDERS: dict[str, Builder] = {}
+_BUILDERS: dict[tuple[str, Per], Builder] = {}
 
 
-def register(op_type: str) -> Callable[[Builder], Builder]:
+def register(op_type: str, per: Per = SAMPLE) -> Callable[[Builder], Builder]:
     def add(builder: Builder) -> Builder:
-        if op_type in _BUILDERS:
-            raise ValueError(f"operator {op_type!r} is already registered")
-        _BUILDERS[op_type] = builder
+        if (op_type, per) in _BUILDERS:
+            raise ValueError(f"operator {op_type!r} is already registered per {per}")
+        _BUILDERS[op_type, per] = builder
         return builder
 
     return add
 
 
-def builder_for(op_type: str) -> Builder:
+def builder_for(op_type: str, per: Per = SAMPLE) -> Builder:
     _load_builtin_ops()
     try:
-        return _BUILDERS[op_type]
+        return _BUILDERS[op_type, per]
     except KeyError:
-        raise KeyError(f"no per-sample operator {op_type!r} is registered") from None
+        raise KeyError(f"no per-{per} operator {op_type!r} is registered") from None
+
+
+def forms(op_type: str) -> tuple[Per, ...]:
+    """The forms ``op_type`` is registered in (per sample, per batch), in that order."""
+    _load_builtin_ops()
+    return tuple(per for per in (SAMPLE, BATCH) if (op_type, per) in _BUILDERS)
+
+
+def build(ctx: OpContext, per: Per) -> BuiltOp:
+    """Build ``ctx``'s operator in the form ``per``; the builder must return that form."""
+    built = builder_for(ctx.op_type, per)(ctx)
+    if built.per != per:
+        raise TypeError(f"the per-{per} builder of {ctx.op_type!r} returned a per-{built.per} "
+                        "operator")
+    return built
 
 
 def registered() -> list[str]:
     _load_builtin_ops()
-    return sorted(_BUILDERS)
+    return sorted({op_type for op_type, _ in _BUILDERS})
 
 
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
-    from conveyor_server.engine.ops import crop, decode, normalize, resize, rotate  # noqa: F401
+    from conveyor_server.engine.ops import (  # noqa: F401
+        crop,
+        decode,
+        normalize,
+        normalize_batch,
+        resize,
+        rotate,
+    )

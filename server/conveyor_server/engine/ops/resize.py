@@ -24,7 +24,7 @@ from conveyor_server.engine.ops.args import (
     scalar_arg,
     with_channels,
 )
-from conveyor_server.engine.ops.registry import BuiltOp, OpContext, register
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
 
 
 @register("resize")
-def build_resize(ctx: OpContext) -> BuiltOp:
+def build_resize(ctx: OpContext) -> SampleOp:
     op, args = ctx.op_type, ctx.args
     request = _resize_request(ctx)
     requested = _requested_size(ctx)
@@ -157,4 +157,4 @@ def build_resize(ctx: OpContext) -> BuiltOp:
         out_hw = request.output_size((image.shape[0], image.shape[1]), requested(targs))
         return (resize_image(image, out_hw, interp_type, antialias),)
 
-    return BuiltOp(fn=resize, layouts=("HWC",))
+    return SampleOp(fn=resize, layouts=("HWC",))

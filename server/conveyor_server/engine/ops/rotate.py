@@ -30,7 +30,7 @@ from conveyor_server.engine.ops.args import (
     scalar_arg,
     with_channels,
 )
-from conveyor_server.engine.ops.registry import BuiltOp, OpContext, register
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 
 def rotated_canvas(h: int, w: int, degrees: float) -> tuple[int, int]:
@@ -107,7 +107,7 @@ _VIA_FOUR_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "float32")
 
 
 @register("rotate")
-def build_rotate(ctx: OpContext) -> BuiltOp:
+def build_rotate(ctx: OpContext) -> SampleOp:
     op, args = ctx.op_type, ctx.args
     size = args["size"]
     if size is not None and args["keep_size"]:
@@ -137,4 +137,4 @@ def build_rotate(ctx: OpContext) -> BuiltOp:
         matrix = rotation_matrix(in_hw, out_hw, degrees)
         return (warp_affine(image, matrix, out_hw, interp, fill),)
 
-    return BuiltOp(fn=rotate, layouts=("HWC",))
+    return SampleOp(fn=rotate, layouts=("HWC",))

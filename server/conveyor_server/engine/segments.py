@@ -1,0 +1,126 @@
+"""Running a plan's segments over one batch: each sample's state, file and steps.
+
+A sample's state holds its values by (op, output) and the path of its data file, which
+errors name. The first phase reads each sample's file and label and runs the first
+per-sample segment; each later per-sample segment is a phase of its own; a batch segment
+gathers its step's inputs across the batch in sample order, runs the step once and hands
+each sample its part of every output. ``BatchWork`` runs the phases on the worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conveyor.errors import ConveyorError, DataFileError, Internal
+from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
+from conveyor_server.engine.ops.registry import BatchOp, SampleOp
+from conveyor_server.engine.plan import Plan, Ref, SampleSegment, Step
+
+#: Each source stage's values for one batch: (op index, one value per sample).
+SourceValues = Sequence[tuple[int, list[Any]]]
+
+
+@dataclass
+class SampleState:
+    values: dict[Ref, Any] = field(default_factory=dict)
+    #: The data file the sample was read from (for error messages).
+    where: str = ""
+
+
+def _blame(exc: ConveyorError, where: str) -> None:
+    exc.message = f"{where}: {exc.message}"
+    exc.args = (exc.message,)
+
+
+class SegmentRunner:
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self._lock = threading.Lock()
+        self.files_read = 0
+
+    def start(self, sources: SourceValues, batch_index: int, batch_size: int,
+              pool: Executor, threads: int) -> BatchWork[SampleState]:
+        """Start computing the batch ``batch_index`` from its source values."""
+        states = [SampleState({(op, 0): values[i] for op, values in sources})
+                  for i in range(batch_size)]
+        phases: list[Phase[SampleState]] = []
+        for n, segment in enumerate(self._plan.segments):
+            if isinstance(segment, SampleSegment):
+                phases.append(SamplePhase(self._sample_phase(segment.steps, read=n == 0)))
+            else:
+                phases.append(BatchPhase(self._batch_phase(segment.step, batch_index)))
+        work = BatchWork(states, phases)
+        work.start(pool, threads)
+        return work
+
+    def outputs(self, states: list[SampleState]) -> list[list[Any]]:
+        """Each pipeline output's samples, in order."""
+        return [[s.values[ref] for s in states] for ref in self._plan.outputs]
+
+    # -- phases --------------------------------------------------------------------------
+
+    def _sample_phase(self, steps: list[Step], *, read: bool) -> Any:
+        def run(state: SampleState) -> None:
+            if read:
+                self._read(state)
+            for step in steps:
+                assert isinstance(step.op, SampleOp)
+                values = state.values
+                inputs = [values[r] for r in step.inputs]
+                targs = {k: values[r] for k, r in step.arg_inputs.items()}
+                try:
+                    outs = step.op.fn(inputs, targs)
+                except ConveyorError as exc:
+                    _blame(exc, f"{step.label} on {state.where!r}")
+                    raise
+                except Exception as exc:
+                    raise Internal(f"{step.label} failed on {state.where!r}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+                for o, out in enumerate(outs):
+                    values[(step.op_index, o)] = out
+        return run
+
+    def _batch_phase(self, step: Step, batch_index: int) -> Any:
+        assert isinstance(step.op, BatchOp)
+        fn = step.op.fn
+
+        def run(states: list[SampleState]) -> None:
+            inputs = [[s.values[r] for s in states] for r in step.inputs]
+            targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
+            try:
+                outs = fn(inputs, targs)
+            except ConveyorError as exc:
+                _blame(exc, f"{step.label} on batch {batch_index}")
+                raise
+            except Exception as exc:
+                raise Internal(f"{step.label} failed on batch {batch_index}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+            if len(outs) != step.num_outputs or any(len(o) != len(states) for o in outs):
+                raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples per "
+                               f"output, expected {step.num_outputs} outputs of "
+                               f"{len(states)} samples")
+            for o, out in enumerate(outs):
+                for state, value in zip(states, out, strict=True):
+                    state.values[(step.op_index, o)] = value
+        return run
+
+    def _read(self, state: SampleState) -> None:
+        """Replace each reader's file index with the file's bytes and its label."""
+        values = state.values
+        for op, binding in self._plan.readers.items():
+            entry = binding.entries[values[(op, 0)]]
+            state.where = state.where or entry.path
+            try:
+                values[(op, 0)] = np.fromfile(entry.path, dtype=np.uint8)
+            except OSError as exc:
+                raise DataFileError(f"readers.file: cannot read {entry.path!r}: "
+                                    f"{exc.strerror or exc}") from None
+            with self._lock:
+                self.files_read += 1
+            values[(op, 1)] = np.array([entry.label], dtype=np.int32)
