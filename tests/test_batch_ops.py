@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, schema, types
+from conveyor import fn, pipeline_def, types
 from conveyor.errors import DataFileError, InvalidArgument
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, SamplePhase
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, OpContext, SampleOp
 from tests.images import make_image_folder
+from tests.op_helpers import op_context
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches
 
 
@@ -50,14 +50,7 @@ def training(root: str, *, crop: bool = True, threads: int = 2, batch: int = 4) 
 
 
 def _context(**args: Any) -> OpContext:
-    spec = pipeline_pb2.OpSpec(type="crop_mirror_normalize", num_outputs=1)
-    for name, value in args.items():
-        spec.args[name].CopyFrom(schema.encode_arg("crop_mirror_normalize", name, value))
-    fed = ("mirror", "crop_pos_x")
-    for name in fed:
-        spec.arg_inputs[name].CopyFrom(pipeline_pb2.OutputRef(op=0, output=0))
-    return OpContext(op_type="crop_mirror_normalize", index=1, args=schema.decode_args(spec),
-                     tensor_args=frozenset(fed), device="cpu", input_layouts=("HWC",))
+    return op_context("crop_mirror_normalize", tensor_args=("mirror", "crop_pos_x"), **args)
 
 
 def _both(images: Sequence[np.ndarray], targs: Mapping[str, list[np.ndarray]],

@@ -1,0 +1,14 @@
+"""The engine room: spec -> plan -> stages and ops -> batches -> checkpoint state.
+
+Holds the in-process ``Pipeline`` (``pipeline.py``), the plan of a spec (``plan.py``: source
+stages, per-sample segments and per-batch steps), running a batch (``segments.py``,
+``batch_work.py``), the source stages (``stages/``: readers, random ops), the operators
+(``ops/``, registered per sample or per batch), checkpoint blobs (``checkpoint.py``), file
+lists and data roots (``file_list.py``), keyed random numbers (``keyed_random.py``),
+limits (``limits.py``), the engine's identity (``engine_id.py``) and devices
+(``devices.py``).
+
+Imports: the ``conveyor`` client package (spec, schema, errors, generated messages) and
+libraries; no other room of ``conveyor_server`` (service, store, app), so the engine runs in
+a trainer's process without gRPC servers or Redis.
+"""

@@ -1,0 +1,9 @@
+"""The store room: pipeline names and checkpoints in Redis.
+
+Holds the ``Store`` (``store.py``) with its Lua scripts (``scripts/*.lua``, read once), the
+connection modes: standalone, TLS, Sentinel, Cluster (``connect.py``), and the embedded
+``redis-server`` the server starts when it is given no Redis (``redis_process.py``).
+
+Imports: the ``conveyor`` client package (errors, shared channel helpers) and libraries;
+no other room of ``conveyor_server``.
+"""

@@ -1,0 +1,82 @@
+"""The server's rooms and what each may import; module sizes.
+
+``engine/`` (spec -> plan -> ops -> batches -> state) imports no other room; ``store/``
+(Redis) imports no other room either; ``service/`` (gRPC) may import ``engine/`` and
+``store/``; ``app/`` assembles everything. No room imports ``demo/`` (the demo and the
+helpers that start servers for it, the tests and the benchmarks).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "server" / "conveyor_server"
+ROOMS = ("engine", "service", "store", "app", "demo")
+ALLOWED = {
+    "engine": set(),
+    "store": set(),
+    "service": {"engine", "store"},
+    "app": {"engine", "store", "service"},
+    "demo": {"engine", "store", "service", "app"},
+}
+#: Hand-written modules stay small: one idea each.
+MAX_LINES = 400
+
+
+def imported_rooms(path: Path) -> dict[str, int]:
+    """The rooms a module imports (anywhere in it, functions included) -> a line doing so."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "conveyor_server" and len(parts) > 1 and parts[1] in ROOMS:
+                found.setdefault(parts[1], node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_imports_only_the_rooms_below_it(room: str) -> None:
+    modules = sorted((PACKAGE / room).rglob("*.py"))
+    assert modules, f"no modules in {room}/"
+    wrong = [f"{m.relative_to(PACKAGE)}:{line} imports {other}/"
+             for m in modules for other, line in imported_rooms(m).items()
+             if other != room and other not in ALLOWED[room]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_import_check_sees_nested_and_from_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from conveyor_server import store\n"
+                      "def f():\n    import conveyor_server.service.server\n"
+                      "from conveyor_server.app.config import load\n")
+    assert imported_rooms(module) == {"store": 1, "service": 3, "app": 4}
+
+
+def test_every_module_outside_the_rooms_is_the_package_itself() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py"]
+
+
+def test_each_room_says_what_it_holds_and_may_import() -> None:
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text()))
+        assert doc and "imports:" in doc.lower(), f"{room}/__init__.py needs a docstring saying what " \
+                                        "it holds and what it may import"
+
+
+def test_no_hand_written_module_is_over_the_size_limit() -> None:
+    sources = [p for d in ("client/conveyor", "server/conveyor_server", "tests", "bench")
+               for p in (ROOT / d).rglob("*.py") if "_pb2" not in p.name]
+    big = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sources
+           if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not big, "split these by job: " + ", ".join(big)
