@@ -70,8 +70,8 @@ def test_every_module_outside_the_rooms_is_the_package_itself() -> None:
 def test_each_room_says_what_it_holds_and_may_import() -> None:
     for room in ROOMS:
         doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text()))
-        assert doc and "imports:" in doc.lower(), f"{room}/__init__.py needs a docstring saying what " \
-                                        "it holds and what it may import"
+        assert doc and "imports:" in doc.lower(), \
+            f"{room}/__init__.py needs a docstring saying what it holds and what it may import"
 
 
 def test_no_hand_written_module_is_over_the_size_limit() -> None:
