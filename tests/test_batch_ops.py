@@ -255,3 +255,18 @@ def test_a_cancelled_batch_stops_between_phases() -> None:
     assert reached == []
     with pytest.raises(CancelledError):
         work.results()
+
+
+def test_a_computed_batch_holds_its_outputs_and_no_intermediates(data: Path) -> None:
+    with Pipeline(training(str(data))) as pipe:
+        plan = pipe._plan
+        assert plan.live_after[-1] == frozenset(plan.outputs)
+        # After decoding (op 1): the images, the coin (op 2) and the uniform (op 3) the
+        # batched op reads, the labels (op 0, output 1) and what later steps make (ops 4
+        # and 5); not the file's bytes (op 0, output 0).
+        assert plan.live_after[0] == frozenset({(0, 1), (1, 0), (2, 0), (3, 0), (4, 0),
+                                                (5, 0)})
+        pipe.next_ready(10)
+        pipe.wait_prefetched()
+        for work in pipe._inflight:
+            assert {frozenset(s.values) for s in work.results()} == {frozenset(plan.outputs)}

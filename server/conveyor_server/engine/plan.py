@@ -12,7 +12,7 @@ batched one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from conveyor import schema
@@ -78,6 +78,9 @@ class Plan:
     segments: list[Segment]
     layouts: dict[Ref, str]
     outputs: list[Ref]
+    #: For each segment, the values still needed once it has run (by later segments or as
+    #: outputs): a sample keeps only these, so a prefetched batch holds no intermediates.
+    live_after: list[frozenset[Ref]] = field(default_factory=list)
 
     def describe(self) -> list[str]:
         """One line per segment: ``per sample: decoders.image@cpu, rotate@cpu``."""
@@ -88,6 +91,17 @@ class Plan:
             names = ", ".join(f"{s.op_type}@{s.op.device}" for s in steps) or "(read only)"
             lines.append(f"{kind}: {names}")
         return lines
+
+    def _find_live(self) -> None:
+        live = set(self.outputs)
+        after: list[frozenset[Ref]] = []
+        for segment in reversed(self.segments):
+            after.append(frozenset(live))
+            steps = segment.steps if isinstance(segment, SampleSegment) else [segment.step]
+            for step in steps:
+                live.update(step.inputs)
+                live.update(step.arg_inputs.values())
+        self.live_after = after[::-1]
 
     def _add(self, step: Step) -> None:
         if isinstance(step.op, BatchOp):
@@ -168,4 +182,5 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                            {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs))
             for out, layout in enumerate(built.layouts):
                 plan.layouts[(index, out)] = layout
+    plan._find_live()
     return plan

@@ -10,7 +10,7 @@ each sample its part of every output. ``BatchWork`` runs the phases on the worke
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +20,7 @@ import numpy as np
 from conveyor.errors import ConveyorError, DataFileError, Internal
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
 from conveyor_server.engine.ops.registry import BatchOp, SampleOp
-from conveyor_server.engine.plan import Plan, Ref, SampleSegment, Step
+from conveyor_server.engine.plan import BatchSegment, Plan, Ref, SampleSegment, Step
 
 #: Each source stage's values for one batch: (op index, one value per sample).
 SourceValues = Sequence[tuple[int, list[Any]]]
@@ -33,9 +33,16 @@ class SampleState:
     where: str = ""
 
 
-def _blame(exc: ConveyorError, where: str) -> None:
-    exc.message = f"{where}: {exc.message}"
-    exc.args = (exc.message,)
+def _apply(step: Step, fn: Any, inputs: list[Any], targs: dict[str, Any], on: str) -> Any:
+    """``fn(inputs, targs)``; an error names the step and what it ran ``on``."""
+    try:
+        return fn(inputs, targs)
+    except ConveyorError as exc:
+        exc.message = f"{step.label} on {on}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+    except Exception as exc:
+        raise Internal(f"{step.label} failed on {on}: {type(exc).__name__}: {exc}") from exc
 
 
 class SegmentRunner:
@@ -43,6 +50,11 @@ class SegmentRunner:
         self._plan = plan
         self._lock = threading.Lock()
         self.files_read = 0
+        #: Each per-sample segment's work on one sample (None for batch segments).
+        self._sample_runs = [
+            self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)
+            if isinstance(segment, SampleSegment) else None
+            for n, segment in enumerate(plan.segments)]
 
     def start(self, sources: SourceValues, batch_index: int, batch_size: int,
               pool: Executor, threads: int) -> BatchWork[SampleState]:
@@ -50,11 +62,13 @@ class SegmentRunner:
         states = [SampleState({(op, 0): values[i] for op, values in sources})
                   for i in range(batch_size)]
         phases: list[Phase[SampleState]] = []
-        for n, segment in enumerate(self._plan.segments):
-            if isinstance(segment, SampleSegment):
-                phases.append(SamplePhase(self._sample_phase(segment.steps, read=n == 0)))
+        for run, segment, live in zip(self._sample_runs, self._plan.segments,
+                                      self._plan.live_after, strict=True):
+            if run is not None:
+                phases.append(SamplePhase(run))
             else:
-                phases.append(BatchPhase(self._batch_phase(segment.step, batch_index)))
+                assert isinstance(segment, BatchSegment)
+                phases.append(BatchPhase(self._batch_phase(segment.step, batch_index, live)))
         work = BatchWork(states, phases)
         work.start(pool, threads)
         return work
@@ -65,42 +79,34 @@ class SegmentRunner:
 
     # -- phases --------------------------------------------------------------------------
 
-    def _sample_phase(self, steps: list[Step], *, read: bool) -> Any:
+    def _sample_phase(self, steps: list[Step], live: frozenset[Ref], *,
+                      read: bool) -> Callable[[SampleState], None]:
+        for step in steps:
+            assert isinstance(step.op, SampleOp)
+
         def run(state: SampleState) -> None:
             if read:
                 self._read(state)
+            values = state.values
+            on = repr(state.where)
             for step in steps:
-                assert isinstance(step.op, SampleOp)
-                values = state.values
                 inputs = [values[r] for r in step.inputs]
                 targs = {k: values[r] for k, r in step.arg_inputs.items()}
-                try:
-                    outs = step.op.fn(inputs, targs)
-                except ConveyorError as exc:
-                    _blame(exc, f"{step.label} on {state.where!r}")
-                    raise
-                except Exception as exc:
-                    raise Internal(f"{step.label} failed on {state.where!r}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+                outs = _apply(step, step.op.fn, inputs, targs, on)
                 for o, out in enumerate(outs):
                     values[(step.op_index, o)] = out
+            state.values = {r: v for r, v in values.items() if r in live}
         return run
 
-    def _batch_phase(self, step: Step, batch_index: int) -> Any:
+    def _batch_phase(self, step: Step, batch_index: int,
+                     live: frozenset[Ref]) -> Callable[[list[SampleState]], None]:
         assert isinstance(step.op, BatchOp)
         fn = step.op.fn
 
         def run(states: list[SampleState]) -> None:
             inputs = [[s.values[r] for s in states] for r in step.inputs]
             targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
-            try:
-                outs = fn(inputs, targs)
-            except ConveyorError as exc:
-                _blame(exc, f"{step.label} on batch {batch_index}")
-                raise
-            except Exception as exc:
-                raise Internal(f"{step.label} failed on batch {batch_index}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            outs = _apply(step, fn, inputs, targs, f"batch {batch_index}")
             if len(outs) != step.num_outputs or any(len(o) != len(states) for o in outs):
                 raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples per "
                                f"output, expected {step.num_outputs} outputs of "
@@ -108,6 +114,8 @@ class SegmentRunner:
             for o, out in enumerate(outs):
                 for state, value in zip(states, out, strict=True):
                     state.values[(step.op_index, o)] = value
+            for state in states:
+                state.values = {r: v for r, v in state.values.items() if r in live}
         return run
 
     def _read(self, state: SampleState) -> None:
