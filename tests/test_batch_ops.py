@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def, types
-from conveyor.errors import DataFileError, InvalidArgument
+from conveyor.errors import DataFileError, FailedPrecondition, Internal, InvalidArgument
 from conveyor.tensor_list import TensorList
 from conveyor_server import Pipeline
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, SamplePhase
@@ -111,7 +111,8 @@ def test_the_batched_form_normalizes_samples_of_several_shapes_one_by_one() -> N
     assert [b.tobytes() for b in batch] == [o.tobytes() for o in one]
 
 
-def test_a_batched_argument_error_names_the_op_the_argument_and_the_batch(data: Path) -> None:
+def test_a_sample_error_in_a_batched_op_names_the_file_as_the_per_sample_form_does(
+        data: Path) -> None:
     @pipeline_def(batch_size=4, seed=1)
     def bad() -> Any:
         jpegs, _ = fn.readers.file(file_root=str(data))
@@ -119,8 +120,28 @@ def test_a_batched_argument_error_names_the_op_the_argument_and_the_batch(data: 
         return fn.crop_mirror_normalize(images, crop=(20, 20), mean=[0.0], std=[1.0],
                                         mirror=fn.random.uniform(range=(2.0, 3.0)))
 
-    with Pipeline(bad()) as pipe, pytest.raises(
-            InvalidArgument, match=r"crop_mirror_normalize \(op 3\) on batch 0: .*'mirror'"):
+    messages = []
+    for batch_ops in (True, False):
+        with Pipeline(bad(), batch_ops=batch_ops) as pipe, pytest.raises(
+                InvalidArgument, match=r"crop_mirror_normalize \(op 3\) on '.*img_000.jpg': "
+                                       r".*'mirror'") as caught:
+            pipe.run()
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_batched_op_failing_as_a_whole_names_the_batch(
+        data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(ctx: OpContext) -> BatchOp:
+        def fn_(inputs: Any, targs: Any) -> Any:
+            raise RuntimeError("out of device memory")
+        return BatchOp(fn_, ("HWC",))
+
+    registry.builder_for("rotate")  # the built-in operators first
+    monkeypatch.setitem(registry._BUILDERS, ("crop_mirror_normalize", BATCH), broken)
+    with Pipeline(training(str(data))) as pipe, pytest.raises(
+            Internal, match=r"crop_mirror_normalize \(op 4\) failed on batch 0: RuntimeError: "
+                            "out of device memory"):
         pipe.run()
 
 
@@ -270,3 +291,33 @@ def test_a_computed_batch_holds_its_outputs_and_no_intermediates(data: Path) -> 
         pipe.wait_prefetched()
         for work in pipe._inflight:
             assert {frozenset(s.values) for s in work.results()} == {frozenset(plan.outputs)}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_closing_a_pipeline_under_a_consumer_ends_its_wait(data: Path, threads: int) -> None:
+    """close() on another thread cancels the batch run() waits for, whichever phase it is
+    in (later phases are queued behind other batches), so run() raises instead of hanging."""
+    spec = training(str(data), threads=threads)
+    spec.prefetch_queue_depth = 4
+    for attempt in range(30):
+        pipe = Pipeline(spec)
+        outcome: list[BaseException | None] = []
+        consumed = threading.Semaphore(0)
+
+        def consume(pipe: Pipeline = pipe, outcome: list[BaseException | None] = outcome,
+                    consumed: threading.Semaphore = consumed) -> None:
+            try:
+                while True:
+                    pipe.run()
+                    consumed.release()
+            except BaseException as exc:
+                outcome.append(exc)
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        for _ in range(1 + attempt % 3):  # close while run() waits at various points
+            assert consumed.acquire(timeout=10)
+        pipe.close()
+        consumer.join(10)
+        assert not consumer.is_alive(), "run() is still waiting after close()"
+        assert outcome and isinstance(outcome[0], FailedPrecondition), outcome

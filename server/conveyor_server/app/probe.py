@@ -1,7 +1,8 @@
-"""``python -m conveyor_server.app.probe``: one grpc.health.v1 Check, for container health checks.
+"""``python -m conveyor_server.app.probe``: one grpc.health.v1 Check, for container health
+checks.
 
     python -m conveyor_server.app.probe [--address 127.0.0.1:50051]
-                                    [--service conveyor.v1.Conveyor] [--timeout 2]
+                                        [--service conveyor.v1.Conveyor] [--timeout 2]
 
 Exits 0 when the service answers SERVING and 1 otherwise, printing one line that says why
 (the status it answered, that the address was unreachable, that it does not know the

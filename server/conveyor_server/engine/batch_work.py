@@ -8,8 +8,10 @@ runs once, on the worker that finished the phase before it: that is the barrier.
 next per-sample phase starts. Which worker computes a sample changes nothing: every random
 draw is keyed by the sample's global index.
 
-Errors are kept per sample and a phase with errors ends the batch; the first error in
-sample order is raised, so the error a batch reports does not depend on timing either.
+Errors are kept per sample and a phase with errors ends the batch: the first error in
+sample order of that phase is raised, so the error a batch reports does not depend on
+timing either (with batched operators, a sample that fails in an earlier phase is reported
+before one that would fail in a later one).
 """
 
 from __future__ import annotations
@@ -59,12 +61,14 @@ class BatchWork(Generic[S]):
 
     def start(self, pool: Executor, threads: int) -> None:
         self._pool, self._threads = pool, threads
-        self._advance()
+        self._advance(inline=False)
 
-    def _advance(self) -> None:
+    def _advance(self, *, inline: bool) -> None:
         """Run batch phases until a per-sample phase needs the workers (then start them) or
         the batch is done. Only one thread is here at a time: the one that started the
-        batch, or the one that ended the last task of a phase."""
+        batch, or the worker that ended the last task of a phase; that worker (``inline``)
+        goes on as one of the next phase's workers, so a batch past its barrier is not
+        queued behind the batches computed after it."""
         while True:
             with self._lock:
                 if (self._phase >= len(self._phases) or self._cancelled
@@ -75,27 +79,37 @@ class BatchWork(Generic[S]):
                 phase = self._phases[self._phase]
                 if isinstance(phase, SamplePhase):
                     self._claim = itertools.count()
-                    self._submit(phase, max(1, min(self._threads, len(self._samples))))
-                    return
+                    count = max(1, min(self._threads, len(self._samples)))
+                    self._tasks = count  # before any of them can end
+                    break
             try:
                 phase.run(self._samples)
             except BaseException as exc:  # raised by results()
                 self._batch_error = exc
             self._phase += 1
+        helpers = count - 1 if inline else count
+        self._submit(phase, helpers, count)
+        if inline:
+            self._work(phase)
 
-    def _submit(self, phase: SamplePhase[S], count: int) -> None:
-        """Start ``count`` tasks of ``phase`` (with the lock held)."""
+    def _submit(self, phase: SamplePhase[S], helpers: int, count: int) -> None:
+        """Queue ``helpers`` tasks of ``phase`` (of its ``count``)."""
         assert self._pool is not None
-        for _ in range(count):
+        for k in range(helpers):
             try:
                 future = self._pool.submit(self._work, phase)
             except RuntimeError:  # the pool was shut down: the pipeline is closing
                 self._cancelled = True
-                break
-            self._tasks += 1
-            self._futures.append(future)
-        if self._tasks == 0:
-            self._done.set()
+                self._task_ended(helpers - k)  # those that will never run
+                return
+            with self._lock:
+                self._futures.append(future)
+            future.add_done_callback(self._on_done)
+
+    def _on_done(self, future: Future[None]) -> None:
+        if future.cancelled():  # by cancel() or by the pool's shutdown: it never ran
+            self._cancelled = True
+            self._task_ended()
 
     def _work(self, phase: SamplePhase[S]) -> None:
         try:
@@ -121,23 +135,22 @@ class BatchWork(Generic[S]):
                 return
             self._futures = []
             self._phase += 1
-        self._advance()
+        self._advance(inline=True)
 
     def cancel(self) -> None:
-        """Stop claiming samples; tasks not started yet are dropped."""
+        """Stop claiming samples; tasks not started yet are dropped. A batch step already
+        running finishes on its worker, unseen."""
         with self._lock:
             self._cancelled = True
             futures = self._futures
-            self._futures = []
             if self._tasks == 0:
                 self._done.set()
-        dropped = sum(1 for f in futures if f.cancel())  # never to run: count them here
-        if dropped:
-            self._task_ended(dropped)
+        for f in futures:
+            f.cancel()  # counted by _on_done
 
     def ready(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds (None: for as long as it takes) for the batch to
-        end, cancelled or not; True if it has."""
+        be done or cancelled; True if it is."""
         return self._done.is_set() or self._done.wait(timeout)
 
     def results(self) -> list[S]:

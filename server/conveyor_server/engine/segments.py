@@ -13,13 +13,13 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from conveyor.errors import ConveyorError, DataFileError, Internal
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
-from conveyor_server.engine.ops.registry import BatchOp, SampleOp
+from conveyor_server.engine.ops.registry import BatchOp, SampleFailed, SampleOp
 from conveyor_server.engine.plan import BatchSegment, Plan, Ref, SampleSegment, Step
 
 #: Each source stage's values for one batch: (op index, one value per sample).
@@ -33,16 +33,14 @@ class SampleState:
     where: str = ""
 
 
-def _apply(step: Step, fn: Any, inputs: list[Any], targs: dict[str, Any], on: str) -> Any:
-    """``fn(inputs, targs)``; an error names the step and what it ran ``on``."""
-    try:
-        return fn(inputs, targs)
-    except ConveyorError as exc:
+def _fail(step: Step, exc: Exception, on: str) -> NoReturn:
+    """Raise ``exc`` naming the step and what it ran ``on`` (a file, a batch); anything
+    but a domain error becomes ``Internal``."""
+    if isinstance(exc, ConveyorError):
         exc.message = f"{step.label} on {on}: {exc.message}"
         exc.args = (exc.message,)
-        raise
-    except Exception as exc:
-        raise Internal(f"{step.label} failed on {on}: {type(exc).__name__}: {exc}") from exc
+        raise exc
+    raise Internal(f"{step.label} failed on {on}: {type(exc).__name__}: {exc}") from exc
 
 
 class SegmentRunner:
@@ -92,7 +90,10 @@ class SegmentRunner:
             for step in steps:
                 inputs = [values[r] for r in step.inputs]
                 targs = {k: values[r] for k, r in step.arg_inputs.items()}
-                outs = _apply(step, step.op.fn, inputs, targs, on)
+                try:
+                    outs = step.op.fn(inputs, targs)
+                except Exception as exc:
+                    _fail(step, exc, on)
                 for o, out in enumerate(outs):
                     values[(step.op_index, o)] = out
             state.values = {r: v for r, v in values.items() if r in live}
@@ -106,7 +107,12 @@ class SegmentRunner:
         def run(states: list[SampleState]) -> None:
             inputs = [[s.values[r] for s in states] for r in step.inputs]
             targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
-            outs = _apply(step, fn, inputs, targs, f"batch {batch_index}")
+            try:
+                outs = fn(inputs, targs)
+            except SampleFailed as failure:
+                _fail(step, failure.error, repr(states[failure.index].where))
+            except Exception as exc:
+                _fail(step, exc, f"batch {batch_index}")
             if len(outs) != step.num_outputs or any(len(o) != len(states) for o in outs):
                 raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples per "
                                f"output, expected {step.num_outputs} outputs of "

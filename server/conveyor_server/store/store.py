@@ -1,7 +1,7 @@
 """Pipeline names and checkpoints in Redis.
 
 Keys of one pipeline share the hash tag ``{name}``, so a Redis Cluster keeps them on one
-slot and the Lua scripts below stay atomic:
+slot and the Lua scripts (``scripts/``) stay atomic:
 
     conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep, latest
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
@@ -95,11 +95,6 @@ class StoredCheckpoint:
     blob: bytes | None = None
 
 
-
-
-
-
-
 @functools.cache
 def lua_script(name: str) -> str:
     """The text of ``scripts/<name>.lua``, read once per process."""
@@ -109,7 +104,7 @@ def lua_script(name: str) -> str:
 class Store:
     def __init__(self, where: str | Connection, *, timeout: float = 1.0) -> None:
         """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
-        ``redis_connect.connect`` (Sentinel, Cluster, TLS files)."""
+        ``connect.connect`` (Sentinel, Cluster, TLS files)."""
         if isinstance(where, str):
             where = connect(RedisConfig(url=where, timeout_s=timeout))
         self.address = where.address

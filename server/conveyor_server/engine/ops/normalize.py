@@ -118,8 +118,12 @@ def normalize_into(out: np.ndarray, view: np.ndarray, mul: np.ndarray, add: np.n
         (out[c:] if chw else out[..., c:]).fill(0)
     # float32 out: computed in place (HWC rows need every channel of out to be the view's).
     direct = out.dtype == np.float32 and (chw or out.shape[2] == c)
-    work = ((target if chw else out.reshape(h, w * c)) if direct
-            else np.empty(src.shape, dtype=np.float32))
+    work: np.ndarray
+    if direct and not chw:
+        assert out.flags.c_contiguous, "an HWC output is written in place as rows"
+        work = out.reshape(h, w * c)  # a view of out
+    else:
+        work = target if direct else np.empty(src.shape, dtype=np.float32)
     np.multiply(src, mul, out=work, casting="unsafe")
     np.add(work, add, out=work)
     if not direct:

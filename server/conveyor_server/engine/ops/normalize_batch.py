@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from conveyor.errors import ConveyorError
 from conveyor_server.engine.ops.normalize import (
     CmnParams,
     cmn_params,
@@ -23,7 +24,14 @@ from conveyor_server.engine.ops.normalize import (
     normalize_into,
     output_shape,
 )
-from conveyor_server.engine.ops.registry import BATCH, BatchOp, OpContext, SampleBatch, register
+from conveyor_server.engine.ops.registry import (
+    BATCH,
+    BatchOp,
+    OpContext,
+    SampleBatch,
+    SampleFailed,
+    register,
+)
 
 
 def normalize_batch(views: Sequence[np.ndarray], mul: np.ndarray, add: np.ndarray,
@@ -43,8 +51,12 @@ def build_crop_mirror_normalize_batch(ctx: OpContext) -> BatchOp:
 
     def crop_mirror_normalize(inputs: Sequence[SampleBatch],
                               targs: Mapping[str, SampleBatch]) -> tuple[SampleBatch, ...]:
-        views = [p.view(image, {k: v[i] for k, v in targs.items()})
-                 for i, image in enumerate(inputs[0])]
+        views = []
+        for i, image in enumerate(inputs[0]):
+            try:
+                views.append(p.view(image, {k: v[i] for k, v in targs.items()}))
+            except ConveyorError as exc:
+                raise SampleFailed(i, exc) from None
         return (_normalize_views(p, views),)
 
     return BatchOp(fn=crop_mirror_normalize, layouts=(p.layout,))

@@ -20,6 +20,7 @@ and returns what runs:
   each argument input, the samples' values in order; it returns one batch per output (a
   sequence of per-sample arrays, such as one preallocated array whose first axis is the
   sample). The engine runs it once per batch, at a barrier after the samples' earlier steps.
+  An error about one sample is raised as ``SampleFailed(index, error)``.
 
 Either declares the device it computes on. ``fn`` must be pure: same inputs, same outputs,
 on any thread. Operators that draw random numbers or keep state are not registered here:
@@ -85,6 +86,17 @@ class BatchOp:
 
 
 BuiltOp = SampleOp | BatchOp
+
+
+class SampleFailed(Exception):
+    """Raised by a batched operator when sample ``index`` of the batch is at fault: the
+    engine then reports ``error`` naming that sample's data file, as for a per-sample
+    operator."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 Builder = Callable[[OpContext], BuiltOp]
 
 _BUILDERS: dict[tuple[str, Per], Builder] = {}
