@@ -11,8 +11,9 @@ Two measurements, each with the per-sample and the per-batch form of the same op
   preallocated array, which ``as_array()`` returns as it is.
 - the whole pipeline in process (read, decode, resize to 256x256, the operator), 2 worker
   threads, ``as_array()`` on every batch: ``Pipeline(batch_ops=False)`` against
-  ``Pipeline(batch_ops=True)``. The batched form runs at a barrier on one worker while the
-  other works on the next batch's samples.
+  ``Pipeline(batch_ops=True)``, with the default prefetch depth of 2 and with 1. The
+  batched form runs at a barrier on one worker while the other works on the next batch's
+  samples; without a batch computed ahead, the other worker has less to do.
 
 Run: python -m bench.batch_ops [--quick] [--runs N] [--data DIR]
 """
@@ -64,9 +65,13 @@ def pipeline_spec(root: str, batch: int) -> Any:
     return train()
 
 
-def in_process(root: str, batch: int, batches: int, batch_ops: bool) -> Callable[[], float]:
+def in_process(root: str, batch: int, batches: int, batch_ops: bool,
+               depth: int) -> Callable[[], float]:
+    spec = pipeline_spec(root, batch)
+    spec.prefetch_queue_depth = depth
+
     def run() -> float:
-        with Pipeline(pipeline_spec(root, batch), batch_ops=batch_ops) as pipe:
+        with Pipeline(spec, batch_ops=batch_ops) as pipe:
             def step() -> np.ndarray:
                 return pipe.run()[0].as_array()
             for _ in range(2):
@@ -138,8 +143,9 @@ def main() -> None:
                                                            per_batch=False),
             "operator alone, per batch": op_alone(decoded(files, batch), batches,
                                                   per_batch=True),
-            "pipeline, batch_ops=False": in_process(str(data), batch, batches, False),
-            "pipeline, batch_ops=True": in_process(str(data), batch, batches, True),
+            **{f"pipeline, prefetch {depth}, batch_ops={form}":
+               in_process(str(data), batch, batches, form, depth)
+               for depth in (2, 1) for form in (False, True)},
         }
         r = interleaved(contenders, args.runs)
         print(f"batch {batch}:")
@@ -148,8 +154,10 @@ def main() -> None:
         rows.append((f"operator alone: per batch / per sample, batch {batch}",
                      ratio(r["operator alone, per batch"],
                            r["operator alone, per sample + stack"])))
-        rows.append((f"pipeline: batch_ops / per sample, batch {batch}",
-                     ratio(r["pipeline, batch_ops=True"], r["pipeline, batch_ops=False"])))
+        for depth in (2, 1):
+            rows.append((f"pipeline, prefetch {depth}: batch_ops / per sample, batch {batch}",
+                         ratio(r[f"pipeline, prefetch {depth}, batch_ops=True"],
+                               r[f"pipeline, prefetch {depth}, batch_ops=False"])))
     table(rows, ("ratio (per-run, median and spread)", "value"))
 
 
