@@ -13,6 +13,7 @@ import os
 import re
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,6 +94,17 @@ def image_files(data: Path) -> list[str]:
 
 
 # -- measuring -------------------------------------------------------------------------
+
+
+def timed(step: Callable[[], object], batches: int, batch: int, warmup: int = 2) -> float:
+    """Items per second of ``step`` (one batch of ``batch`` items), over ``batches`` calls
+    after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(batches):
+        step()
+    return batches * batch / (time.perf_counter() - start)
 
 
 def interleaved(contenders: dict[str, Callable[[], T]], runs: int) -> dict[str, list[T]]:

@@ -20,7 +20,6 @@ Run: python -m bench.batch_ops [--quick] [--runs N] [--data DIR]
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +36,7 @@ from bench._shared import (
     ratio,
     spread,
     table,
+    timed,
 )
 from conveyor import fn, pipeline_def, schema, types
 from conveyor.allocator import DEFAULT, tune_malloc
@@ -72,14 +72,9 @@ def in_process(root: str, batch: int, batches: int, batch_ops: bool,
 
     def run() -> float:
         with Pipeline(spec, batch_ops=batch_ops) as pipe:
-            def step() -> np.ndarray:
+            def step() -> np.ndarray:  # what a trainer takes: the batch as one array
                 return pipe.run()[0].as_array()
-            for _ in range(2):
-                step()
-            start = time.perf_counter()
-            for _ in range(batches):
-                step()
-            return batches * batch / (time.perf_counter() - start)
+            return timed(step, batches, batch)
     return run
 
 
@@ -111,11 +106,7 @@ def op_alone(images: list[np.ndarray], batches: int, per_batch: bool) -> Callabl
             outs = [op.fn([image], {k: v[i] for k, v in targs.items()})[0]
                     for i, image in enumerate(images)]
             return TensorList(outs).as_array()
-        step()
-        start = time.perf_counter()
-        for _ in range(batches):
-            step()
-        return batches * n / (time.perf_counter() - start)
+        return timed(step, batches, n, warmup=1)
     return run
 
 

@@ -30,7 +30,6 @@ Run: python -m bench.throughput [--quick] [--runs N] [--data DIR]
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +50,7 @@ from bench._shared import (
     ratio,
     spread,
     table,
+    timed,
 )
 from conveyor import fn, pipeline_def, types
 from conveyor.allocator import DEFAULT, tune_malloc
@@ -69,15 +69,6 @@ def seed_pipeline(root: str, batch: int) -> Any:
         return fn.resize(images, size=(224, 224)), labels, angles
 
     return seed_resize()
-
-
-def timed(step: Callable[[], object], batches: int, batch: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        step()
-    start = time.perf_counter()
-    for _ in range(batches):
-        step()
-    return batches * batch / (time.perf_counter() - start)
 
 
 def in_process(root: str, batch: int, batches: int) -> Callable[[], float]:
