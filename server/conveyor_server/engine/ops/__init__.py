@@ -1,1 +1,2 @@
-"""Per-sample operators of the server engine (decode, geometry, normalization), by type."""
+"""The engine's operators (decode, geometry, normalization), by type, each registered per
+sample or per batch (``registry.py``)."""

@@ -1,4 +1,6 @@
-"""Per-sample operators that change values and types: ``crop_mirror_normalize`` and ``cast``.
+"""Operators that change values and types: ``crop_mirror_normalize`` (its per-sample form,
+and the parameters and pixel code its per-batch form in ``normalize_batch.py`` shares) and
+``cast``.
 
 Semantics follow NVIDIA DALI's operators of the same names. Conversions to integer types
 round to nearest and saturate, as DALI's ``ConvertSat``.
