@@ -165,7 +165,7 @@ class Pipeline:
 
     def _submit(self) -> None:
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
-        self._inflight.append(self._segments.start(per_stage, self._produced, self._batch_size,
+        self._inflight.append(self._segments.start(per_stage, self._produced,
                                                    self._pool, self._threads))
         self._produced += 1
 

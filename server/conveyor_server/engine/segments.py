@@ -54,11 +54,11 @@ class SegmentRunner:
             if isinstance(segment, SampleSegment) else None
             for n, segment in enumerate(plan.segments)]
 
-    def start(self, sources: SourceValues, batch_index: int, batch_size: int,
-              pool: Executor, threads: int) -> BatchWork[SampleState]:
+    def start(self, sources: SourceValues, batch_index: int, pool: Executor,
+              threads: int) -> BatchWork[SampleState]:
         """Start computing the batch ``batch_index`` from its source values."""
         states = [SampleState({(op, 0): values[i] for op, values in sources})
-                  for i in range(batch_size)]
+                  for i in range(self._plan.spec.batch_size)]
         phases: list[Phase[SampleState]] = []
         for run, segment, live in zip(self._sample_runs, self._plan.segments,
                                       self._plan.live_after, strict=True):
@@ -86,14 +86,13 @@ class SegmentRunner:
             if read:
                 self._read(state)
             values = state.values
-            on = repr(state.where)
             for step in steps:
                 inputs = [values[r] for r in step.inputs]
                 targs = {k: values[r] for k, r in step.arg_inputs.items()}
                 try:
                     outs = step.op.fn(inputs, targs)
                 except Exception as exc:
-                    _fail(step, exc, on)
+                    _fail(step, exc, repr(state.where))
                 for o, out in enumerate(outs):
                     values[(step.op_index, o)] = out
             state.values = {r: v for r, v in values.items() if r in live}
