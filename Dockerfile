@@ -15,8 +15,10 @@ ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
 ARG CONVEYOR_VERSION=0.1.0
 
 # ---- builder: wheels of the two distributions of this repository. They are pure Python;
-# their dependencies (grpcio, numpy, OpenCV, ...) are resolved from PyPI by each runtime
-# stage, for that stage's own Python.
+# their dependencies (grpcio, numpy, OpenCV, ...) are installed from PyPI by each runtime
+# stage, for that stage's own Python, at the exact versions of server/constraints.txt (the
+# server's output bytes depend on the numpy/OpenCV/libjpeg-turbo builds: a rebuild with the
+# same pins computes the same bytes; `make test` runs on the same versions).
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -42,8 +44,11 @@ ENV PATH=/opt/conveyor/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CUPY_CACHE_DIR=/tmp/cupy-kernel-cache
+# Not in server/constraints.txt: the [gpu] extra (cupy-cuda12x, nvidia-nvimgcodec-cu12) and
+# this stage's CUDA libraries; those are pinned by the GPU issue's work.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
+    --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
+    pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
         "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[gpu]"
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
@@ -66,7 +71,8 @@ ENV PATH=/opt/conveyor/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
+    --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
+    pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
         "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl"
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001

