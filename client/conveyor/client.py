@@ -1,8 +1,11 @@
 """The Conveyor client: ``Client(address)`` and the ``RemotePipeline`` it hands out.
 
 ``RemotePipeline.run()`` and iteration share one stream; a batch counts as consumed when
-they return it. ``checkpoint()`` records exactly that position. Server errors surface as
-the classes of ``conveyor.errors``, carrying the gRPC status code and message.
+they return it. ``checkpoint()`` records exactly that position. A stream starts at the
+consumed count its first request names, so every batch's header index must equal the count
+so far: any other raises ``DataLoss`` naming both, and that batch is neither returned nor
+acknowledged. Server errors surface as the classes of ``conveyor.errors``, carrying the
+gRPC status code and message.
 """
 
 from __future__ import annotations
@@ -250,7 +253,9 @@ class RemotePipeline:
         with self._lock:
             if self._responses is None:
                 self._open()
-            assembler = BatchAssembler()
+            # The stream starts where the first request said (this object's consumed
+            # count), so every batch, the first one too, must be the next in order.
+            assembler = BatchAssembler(self._consumed, f"the stream of {self.name!r}")
             try:
                 for frame in self._responses:
                     batch = assembler.feed(frame)

@@ -125,9 +125,16 @@ def parse_frame(frame: bytes) -> tuple[service_pb2.BatchHeader | None, memoryvie
 
 
 class BatchAssembler:
-    """Feed encoded frames in order; ``feed`` returns the batch when its last byte arrived."""
+    """Feed encoded frames in order; ``feed`` returns the batch when its last byte arrived.
 
-    def __init__(self) -> None:
+    ``expected``: the index the next batch's header must carry, one more after each batch
+    returned (None: any index). A header with another index raises ``DataLoss`` naming
+    both, before any of its data is taken; ``source`` names the stream in that message.
+    """
+
+    def __init__(self, expected: int | None = None, source: str = "the stream") -> None:
+        self.expected = expected
+        self._source = source
         self._header: service_pb2.BatchHeader | None = None
         self._buffer = np.empty(0, dtype=np.uint8)
         self._filled = 0
@@ -138,6 +145,11 @@ class BatchAssembler:
             if self._header is not None:
                 raise DataLoss(f"batch {self._header.index} ended after {self._filled} of "
                                f"{self._header.total_bytes} bytes")
+            if self.expected is not None and header.index != self.expected:
+                raise DataLoss(f"batch index {header.index} received, expected "
+                               f"{self.expected}: {self._source} is not at this consumer's "
+                               "position (batches were skipped or repeated); the batch is "
+                               "not returned")
             self._header = header
             self._buffer = np.empty(header.total_bytes, dtype=np.uint8)
             self._filled = 0
@@ -152,6 +164,8 @@ class BatchAssembler:
         if self._filled < len(self._buffer):
             return None
         done, self._header = self._header, None
+        if self.expected is not None:
+            self.expected += 1
         return self._outputs(done, self._buffer)
 
     @staticmethod
