@@ -60,15 +60,16 @@ def start_server(
     redis_proc: RedisProcess, image_root: Path, tmp_path: Path
 ) -> Iterator[Callable[..., ServerProcess]]:
     """Start real conveyor-server subprocesses sharing this test's Redis
-    (``metrics=True``: serving metrics on a free port, ``server.metrics_url``)."""
+    (``metrics=True``: serving metrics on a free port, ``server.metrics_url``; ``env``:
+    added environment variables)."""
     from tests.servers import ServerProcess
 
     started: list[ServerProcess] = []
 
     def start(*extra: str, roots: list[Path] | None = None,
-              metrics: bool = False) -> ServerProcess:
+              metrics: bool = False, env: dict[str, str] | None = None) -> ServerProcess:
         server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra,
-                               metrics=metrics)
+                               metrics=metrics, env=env)
         started.append(server.start())
         return server
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from conveyor.channel import wait_serving
@@ -20,8 +21,11 @@ START_TIMEOUT = 30.0
 
 class ServerProcess:
     def __init__(self, redis_url: str | None, data_roots: list[Path], log_dir: Path,
-                 *extra: str, metrics: bool = False) -> None:
+                 *extra: str, metrics: bool = False,
+                 env: Mapping[str, str] | None = None) -> None:
+        """``env``: variables added to the server's environment (CPU dispatch settings)."""
         self.redis_url = redis_url
+        self.env = dict(env or {})
         self.data_roots = data_roots
         self.extra = extra
         self.metrics = metrics
@@ -50,6 +54,7 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items()
                if k not in ("CONVEYOR_REDIS_URL", "CONVEYOR_METRICS_LISTEN",
                             "CONVEYOR_LOG_FORMAT")}
+        env.update(self.env)
         with self.log_path.open("a") as log:
             try:
                 self.proc, address = spawn_server(args, stderr=log, env=env,

@@ -104,9 +104,10 @@ def test_a_file_list_entry_outside_is_refused_even_if_it_does_not_exist(
     with pytest.raises(PermissionDenied, match=r"nothing\.jpg"):
         resolve({"file_list": str(listing)}, [root])
     listing.write_text("a/one.jpg 0\nb/deep/two.jpg 3\n")
+    one, two = root / "a" / "one.jpg", root / "b" / "deep" / "two.jpg"
     assert resolve({"file_list": str(listing)}, [root]) == [
-        FileEntry(str(root / "a" / "one.jpg"), 11, 0),
-        FileEntry(str(root / "b" / "deep" / "two.jpg"), 22, 3)]
+        FileEntry(str(one), 11, 0, one.stat().st_mtime_ns),
+        FileEntry(str(two), 22, 3, two.stat().st_mtime_ns)]
 
 
 def test_without_data_roots_any_readable_file_is_taken(tree: tuple[Path, Path]) -> None:

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from conveyor import errors
 from conveyor.wire import encode_frames
 from conveyor_server import Pipeline, __version__
-from conveyor_server.app.metrics import engine_label
+from conveyor_server.app.metrics import engine_labels
+from conveyor_server.engine.behaviour.measure import process_behaviour
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess
@@ -64,9 +65,11 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
     assert value(before, "conveyor_batches_streamed_total") == 0
     assert value(before, "conveyor_active_streams") == 0
     assert value(before, "conveyor_hosted_pipelines") == 0
-    assert value(before, "conveyor_build_info", version=__version__, engine=engine_label(),
-                 python=platform.python_version()) == 1
-    assert "opencv" in engine_label() and "key schedule" in engine_label()
+    engine = engine_labels(process_behaviour())  # the server runs on this machine's paths
+    assert value(before, "conveyor_build_info", version=__version__,
+                 python=platform.python_version(), **engine) == 1
+    assert len(engine["behaviour"]) == 16 and "numpy" in engine["cpu"]
+    assert 0 < value(before, "conveyor_behaviour_probe_seconds") < 60
 
     with client(server) as c:
         pipe = c.create(NAME, spec)
@@ -121,7 +124,7 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
     # Pipeline names are unbounded: no label (nor anything else) carries one.
     assert NAME not in text and COPY not in text
     for (_, labels) in samples:
-        assert dict(labels).keys() <= {"method", "code", "le", "version", "engine", "python"}
+        assert dict(labels).keys() <= {"method", "code", "le", "version", "python", *engine}
 
 
 def test_a_corrupt_data_file_counts_one_decode_error(start_server: Start,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -181,7 +182,8 @@ def test_cli_operates_without_moving_the_trainer(
         assert cli(["--server", server.address, "describe", "cli"]) == 0
         assert cli(["--server", server.address, "describe", "nope"]) == 1
         out, err = capsys.readouterr()
-        assert "cli:1  after batch 2" in out and "read 3 batches of cli" in out
+        assert re.search(r"cli:1-[0-9a-f]{16}  after batch 2", out)
+        assert "read 3 batches of cli" in out
         assert "acknowledged 2" in out and "NOT_FOUND" in err
         assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"
         with Pipeline(rotate_pipeline(str(image_root / "imgs"))) as local:

@@ -20,15 +20,16 @@ def test_names_are_claimed_once_and_restore_fences_the_previous_holder(
     gen = store.create("rotate", "a:1", "inst-a", "ff", keep=3)
     with pytest.raises(AlreadyExists, match="held by server a:1"):
         store.create("rotate", "b:2", "inst-b", "ff", keep=3)
-    store.write_checkpoint("rotate", "inst-a", gen, b"blob-a", 3, "a:1")
+    first = store.write_checkpoint("rotate", "inst-a", gen, b"blob-a", 3, "a:1")
     new_gen, previous = store.take_over("rotate", "b:2", "inst-b", "ff", keep=3)
     assert new_gen > gen and previous == "a:1"
     with pytest.raises(Fenced, match="held by server b:2"):
         store.write_checkpoint("rotate", "inst-a", gen, b"zombie", 4, "a:1")
     written = store.write_checkpoint("rotate", "inst-b", new_gen, b"blob-b", 4, "b:2")
-    assert [c.id for c in store.list_checkpoints("rotate")] == ["rotate:1", written.id]
+    assert [c.id for c in store.list_checkpoints("rotate")] == [first.id, written.id]
     owner = store.owner("rotate")
     assert owner is not None and owner.holder == "b:2" and owner.latest == 2
+    assert owner.latest_id == written.id
     with pytest.raises(Fenced):
         store.release("rotate", "inst-a", keep_checkpoints=False)
     store.release("rotate", "inst-b", keep_checkpoints=False)

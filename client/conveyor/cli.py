@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_parser(cmd, help=text).add_argument("name")
     r = sub.add_parser("restore", help="restore a pipeline on this server from a checkpoint")
     r.add_argument("name")
-    r.add_argument("--checkpoint", required=True, help="checkpoint id, e.g. rotate:12")
+    r.add_argument("--checkpoint", required=True,
+                   help="checkpoint id, e.g. rotate:12-9f3c0a1b2c3d4e5f")
     s = sub.add_parser("stream", help="read batches from a copy (never moves the trainer)")
     s.add_argument("name")
     s.add_argument("--batches", type=int, default=100)

@@ -76,6 +76,9 @@ SCHEMAS: dict[str, OpSchema] = {
             "initial_fill": Arg("int", default=1024, minimum=1),
             "read_ahead": Arg("bool", default=False),
             "dont_use_mmap": Arg("bool", default=False),
+            # How a checkpoint recognises the data set: path, size and "metadata"
+            # (modification time) or "content" (SHA-256 of every file, read once at build).
+            "verify": Arg("enum", default="metadata", choices=("metadata", "content")),
             **_SEED,
         },
     ),

@@ -7,17 +7,29 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class OpBehaviour(_message.Message):
+    __slots__ = ("key", "digest")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    digest: bytes
+    def __init__(self, key: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
+
 class EngineId(_message.Message):
-    __slots__ = ("conveyor_version", "decoder", "warp", "key_schedule")
-    CONVEYOR_VERSION_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("decoder", "warp", "key_schedule", "output_version", "ops", "cpu")
     DECODER_FIELD_NUMBER: _ClassVar[int]
     WARP_FIELD_NUMBER: _ClassVar[int]
     KEY_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
-    conveyor_version: str
+    OUTPUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
     decoder: str
     warp: str
     key_schedule: int
-    def __init__(self, conveyor_version: _Optional[str] = ..., decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ...) -> None: ...
+    output_version: int
+    ops: _containers.RepeatedCompositeFieldContainer[OpBehaviour]
+    cpu: str
+    def __init__(self, decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ..., output_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpBehaviour, _Mapping]]] = ..., cpu: _Optional[str] = ...) -> None: ...
 
 class FileListDigest(_message.Message):
     __slots__ = ("op", "reader_name", "num_files", "sha256")

@@ -2,9 +2,10 @@
 
 ``configure_logging(level, "json")`` writes to stderr lines such as
 ``{"ts": "2026-01-02T03:04:05.678Z", "level": "INFO", "logger": "conveyor.server",
-"msg": "checkpoint rotate:1 of rotate after batch 3 (507 bytes)", "pipeline": "rotate",
-"checkpoint_id": "rotate:1", "batches": 3}``: the fields given with ``extra=`` at the log
-call (``pipeline``, ``checkpoint_id``, ``batches``, ``peer``, ``error``, ...) become keys.
+"msg": "checkpoint rotate:1-9f3c0a1b2c3d4e5f of rotate after batch 3 (507 bytes)",
+"pipeline": "rotate", "checkpoint_id": "rotate:1-9f3c0a1b2c3d4e5f", "batches": 3}``: the
+fields given with ``extra=`` at the log call (``pipeline``, ``checkpoint_id``, ``batches``,
+``peer``, ``error``, ...) become keys.
 """
 
 from __future__ import annotations

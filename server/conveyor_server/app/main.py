@@ -23,6 +23,7 @@ from conveyor_server.app import config as configuration
 from conveyor_server.app.logs import FORMATS, configure_logging
 from conveyor_server.app.metrics import Metrics, MetricsServer, serve_metrics
 from conveyor_server.app.startup import load_spec, start_pipelines
+from conveyor_server.engine.behaviour.measure import measure
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.service.lifecycle import Runtime
 from conveyor_server.service.server import create_server
@@ -154,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels)
-        metrics = Metrics()
+        behaviour = measure()
+        log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
+                 len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)
+        metrics = Metrics(behaviour)
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
-            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits)
+            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour)
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)
         runtime = Runtime(server, service, health_servicer)

@@ -12,6 +12,7 @@ sample.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import threading
 from collections.abc import Callable
@@ -22,7 +23,9 @@ from prometheus_client.exposition import start_http_server
 
 from conveyor.channel import host_port
 from conveyor_server import __version__
-from conveyor_server.engine.engine_id import engine_id
+from conveyor_server.engine import keyed_random
+from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
+from conveyor_server.engine.engine_id import OUTPUT_VERSION
 
 #: Seconds, from a fraction of a millisecond (a checkpoint of an idle pipeline) to seconds
 #: (a batch of large images, a restore that lists a big data set).
@@ -30,14 +33,24 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
                    1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-def engine_label() -> str:
-    """The CPU engine's identity (decoder, warp libraries, key schedule) as one string."""
-    e = engine_id()
-    return f"{e.decoder}; {e.warp}; key schedule {e.key_schedule}"
+def behaviour_digest(behaviour: Behaviour) -> str:
+    """One short digest of every behaviour key and digest: servers that show the same one
+    compute the same bytes for every operator, so any of them restores any checkpoint."""
+    h = hashlib.sha256()
+    for key, digest in sorted(behaviour.digests.items()):
+        h.update(key.encode() + b"=" + digest + b";")
+    return h.hexdigest()[:16]
+
+
+def engine_labels(behaviour: Behaviour) -> dict[str, str]:
+    return {"behaviour": behaviour_digest(behaviour), "cpu": behaviour.cpu,
+            "key_schedule": str(keyed_random.KEY_SCHEDULE),
+            "output_version": str(OUTPUT_VERSION)}
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, behaviour: Behaviour | None = None) -> None:
+        behaviour = behaviour or process_behaviour()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.batches_streamed = Counter(
@@ -80,8 +93,13 @@ class Metrics:
             "Pipelines this server holds now (fenced ones until they are deleted or "
             "restored again).", registry=r)
         self.build = Info("conveyor_build", "The server's version and engine.", registry=r)
-        self.build.info({"version": __version__, "engine": engine_label(),
+        self.build.info({"version": __version__, **engine_labels(behaviour),
                          "python": platform.python_version()})
+        self.probe_seconds = Gauge(
+            "conveyor_behaviour_probe_seconds",
+            "Time the start-up behaviour probe took (every operator on the canonical probes).",
+            registry=r)
+        self.probe_seconds.set(behaviour.seconds)
 
     # -- ServiceObserver ---------------------------------------------------------------
 

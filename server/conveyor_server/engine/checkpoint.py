@@ -9,13 +9,14 @@ checkpoint and the pipeline it is restored into.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from google.protobuf.message import DecodeError
 
 from conveyor import spec as specs
 from conveyor.errors import CheckpointMismatch, CorruptCheckpoint
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
+from conveyor_server.engine import engine_id
 
 FORMAT_VERSION = 1
 
@@ -50,27 +51,24 @@ def open_blob(blob: bytes) -> checkpoint_pb2.CheckpointBody:
     return body
 
 
-def _engine_difference(old: checkpoint_pb2.EngineId, new: checkpoint_pb2.EngineId) -> str | None:
-    for field in ("key_schedule", "conveyor_version", "decoder", "warp"):
-        a, b = getattr(old, field), getattr(new, field)
-        if a != b:
-            return f"engine {field}: checkpoint has {a!r}, this server has {b!r}"
-    return None
-
-
 def verify_against(
     body: checkpoint_pb2.CheckpointBody,
     spec: pipeline_pb2.PipelineSpec,
     engine: checkpoint_pb2.EngineId,
     file_lists: Mapping[int, checkpoint_pb2.FileListDigest],
+    first_change: Callable[[int, bytes], str | None] | None = None,
 ) -> None:
-    """Refuse a checkpoint made by another spec, engine or data set, naming the difference."""
+    """Refuse a checkpoint made by another spec, data set, or an engine that computes other
+    bytes (``engine`` is this server's identity for ``spec``), naming the difference.
+    ``first_change(op, earlier digest)`` names the first changed file of a reader, where
+    the earlier listing can be found."""
     diff = specs.first_difference(body.spec, spec)
     if diff is not None:
         raise CheckpointMismatch(f"checkpoint was made by a different pipeline: {diff}")
-    diff = _engine_difference(body.engine, engine)
+    diff = engine_id.difference(body.engine, engine)
     if diff is not None:
-        raise CheckpointMismatch(f"checkpoint was made by a different engine: {diff}")
+        raise CheckpointMismatch(f"checkpoint was made by an engine that computes other "
+                                 f"bytes: {diff}")
     saved = {d.op: d for d in body.file_lists}
     for op, now in sorted(file_lists.items()):
         then = saved.get(op)
@@ -78,7 +76,10 @@ def verify_against(
         if then is None:
             raise CheckpointMismatch(f"{label}: checkpoint has no file list digest")
         if then.sha256 != now.sha256 or then.num_files != now.num_files:
+            change = first_change(op, then.sha256) if first_change is not None else None
             raise CheckpointMismatch(
                 f"{label}: the data set changed: checkpoint lists {then.num_files} files "
                 f"(sha256 {then.sha256.hex()[:12]}), the data now has {now.num_files} files "
-                f"(sha256 {now.sha256.hex()[:12]})")
+                f"(sha256 {now.sha256.hex()[:12]})"
+                + (f"; first change: {change}" if change else
+                   " (path, size, label and modification time or contents are compared)"))

@@ -1,31 +1,85 @@
-"""What identifies the engine: the libraries whose results the output bytes depend on."""
+"""The engine's identity in a checkpoint, and the one rule for refusing a restore.
+
+A checkpoint records, for the operators its pipeline uses, the behaviour digests of the
+server that wrote it (``behaviour/``), with the key schedule, Conveyor's output-behaviour
+version and, to explain a difference, the library versions and CPU features. A server
+restores it only where it would compute the same bytes: same key schedule, same output
+version, and the same digest for every behaviour key the pipeline uses. Operators the
+pipeline does not use do not matter; nor do library versions or CPUs that compute the
+same bytes.
+"""
 
 from __future__ import annotations
-
-import functools
 
 import cv2
 import numpy as np
 
-from conveyor.v1 import checkpoint_pb2
-from conveyor_server import __version__
+from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import keyed_random
+from conveyor_server.engine.behaviour.measure import Behaviour, key_of
+
+#: Conveyor's output-behaviour version. Raise it only when a release changes outputs in a
+#: way the probes cannot see (sample order, batching, how operators are chained); an
+#: operator's own output changes are caught by its digest (``tests/test_behaviour_golden``).
+OUTPUT_VERSION = 1
 
 
-@functools.cache
-def engine_id(gpu_decoder: bool = False) -> checkpoint_pb2.EngineId:
-    """The engine's identity; ``gpu_decoder`` when the pipeline decodes on the GPU, whose
-    library then decides the decoded bytes."""
+def libraries(spec: pipeline_pb2.PipelineSpec) -> tuple[str, str]:
+    """(decoder, warp) library descriptions for ``spec``'s operators."""
     from conveyor_server.engine.ops.decode import DECODER_ID
 
     decoder = DECODER_ID
-    if gpu_decoder:
+    if any(op.type == "decoders.image" and op.device not in ("", "cpu") for op in spec.ops):
         from nvidia import nvimgcodec
 
         decoder = f"nvimgcodec {getattr(nvimgcodec, '__version__', 'unknown')}"
+    return decoder, f"opencv {cv2.__version__}; numpy {np.__version__}"
+
+
+def engine_id(spec: pipeline_pb2.PipelineSpec, behaviour: Behaviour) -> checkpoint_pb2.EngineId:
+    """The identity a checkpoint of ``spec`` made by this engine records."""
+    decoder, warp = libraries(spec)
+    keys = sorted({key_of(op) for op in spec.ops})
     return checkpoint_pb2.EngineId(
-        conveyor_version=__version__,
-        decoder=decoder,
-        warp=f"opencv {cv2.__version__}; numpy {np.__version__}",
-        key_schedule=keyed_random.KEY_SCHEDULE,
-    )
+        decoder=decoder, warp=warp, key_schedule=keyed_random.KEY_SCHEDULE,
+        output_version=OUTPUT_VERSION, cpu=behaviour.cpu,
+        ops=[checkpoint_pb2.OpBehaviour(key=k, digest=behaviour.digests.get(k, b""))
+             for k in keys])
+
+
+def _what_differs(old: checkpoint_pb2.EngineId, new: checkpoint_pb2.EngineId) -> str:
+    parts = [f"{label}: checkpoint {a!r}, this server {b!r}"
+             for label, a, b in (("CPU", old.cpu, new.cpu), ("decoder", old.decoder, new.decoder),
+                                 ("libraries", old.warp, new.warp)) if a != b]
+    if not parts:
+        return "same libraries and CPU features (another build of them)"
+    return "; ".join(parts)
+
+
+def difference(old: checkpoint_pb2.EngineId, new: checkpoint_pb2.EngineId) -> str | None:
+    """Why a checkpoint with engine ``old`` would stream other bytes on this server (whose
+    identity for the same spec is ``new``), naming the operator; None when it would not."""
+    if old.key_schedule != new.key_schedule:
+        return (f"random key schedule: checkpoint has {old.key_schedule}, this server has "
+                f"{new.key_schedule}")
+    if old.output_version != new.output_version:
+        if old.output_version == 0:
+            return ("the checkpoint was written by a server from before behaviour "
+                    "identities (it records no operator digests)")
+        return (f"output-behaviour version: checkpoint has {old.output_version}, this server "
+                f"has {new.output_version}")
+    ours = {b.key: b.digest for b in new.ops}
+    for then in old.ops:
+        now = ours.get(then.key)
+        op = then.key.split("@")[0].split("[")[0]
+        if not now:
+            return (f"operator {op!r} ({then.key}): this server cannot compute it (no such "
+                    "operator or device here)")
+        if not then.digest or then.digest != now:
+            return (f"operator {op!r} ({then.key}) computes other bytes on this server "
+                    f"(behaviour digest {then.digest.hex() or 'none'} in the checkpoint, "
+                    f"{now.hex()} here): {_what_differs(old, new)}")
+    missing = sorted(set(ours) - {b.key for b in old.ops})
+    if missing:
+        return f"the checkpoint records no behaviour for {', '.join(missing)}"
+    return None

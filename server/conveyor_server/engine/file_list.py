@@ -1,10 +1,9 @@
-"""Resolve a file reader's list of (path, size, label), check it against the data roots,
-and digest it so a checkpoint can tell whether the data set changed."""
+"""Resolve a file reader's list of (path, size, modification time, label) and check it
+against the data roots (``data_identity.py`` digests it for checkpoints)."""
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import re
 import stat
@@ -27,6 +26,8 @@ class FileEntry:
     path: str
     size: int
     label: int
+    #: Modification time in nanoseconds, as listed.
+    mtime_ns: int = 0
 
 
 class _Roots:
@@ -100,9 +101,10 @@ class _FileCheck:
         if self._roots is not None:
             self._roots.check(path, real, "file")
 
-    def size(self, path: str) -> int:
-        """The size of ``path``; PermissionDenied if it lies outside the data roots (checked
-        first, also for a file that does not exist), DataFileError if it cannot be read."""
+    def stat(self, path: str) -> os.stat_result:
+        """The stat of ``path`` (its target's for a link); PermissionDenied if it lies
+        outside the data roots (checked first, also for a file that does not exist),
+        DataFileError if it cannot be read."""
         try:
             st = os.lstat(path)
         except OSError as exc:  # resolved in full: a path the kernel cannot follow may
@@ -116,7 +118,7 @@ class _FileCheck:
                 st = os.stat(real)
             except OSError as exc:
                 raise DataFileError(f"{OP}: cannot read {path!r}: {exc.strerror}") from None
-        return st.st_size
+        return st
 
 
 def resolve(args: Mapping[str, Any], data_roots: Sequence[Path] | None = None) -> list[FileEntry]:
@@ -150,8 +152,11 @@ def resolve(args: Mapping[str, Any], data_roots: Sequence[Path] | None = None) -
         where = file_list or file_root or "files"
         raise InvalidArgument(f"{OP}: no files found in {where!r}")
     files_check = _FileCheck(data_roots)
-    return [FileEntry(str(path), files_check.size(str(path)), int(label))
-            for path, label in pairs]
+    entries = []
+    for path, label in pairs:
+        st = files_check.stat(str(path))
+        entries.append(FileEntry(str(path), st.st_size, int(label), st.st_mtime_ns))
+    return entries
 
 
 def _scan_root(root: Path, args: Mapping[str, Any]) -> list[tuple[str, int]]:
@@ -190,11 +195,3 @@ def _read_file_list(
                                   f"'path label' with an integer label >= 0, got {line!r}")
         pairs.append((base / parts[0], label))
     return pairs
-
-
-def digest(entries: Sequence[FileEntry]) -> bytes:
-    """SHA-256 over every (path, size, label), in order."""
-    h = hashlib.sha256()
-    for e in entries:
-        h.update(f"{e.path}\0{e.size}\0{e.label}\n".encode())
-    return h.digest()

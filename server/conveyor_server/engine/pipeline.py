@@ -30,8 +30,10 @@ from conveyor.tensor_list import TensorList
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.batch_work import BatchWork
+from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
@@ -50,9 +52,14 @@ class Pipeline:
         data_roots: Sequence[str | Path] | None = None,
         limits: EngineLimits = NO_LIMITS,
         batch_ops: bool = BATCH_OPS,
+        behaviour: Behaviour | None = None,
+        listings: ListingArchive | None = None,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
-        same bytes as their per-sample form; see ``ops/registry.py``)."""
+        same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
+        process's measured behaviour (a server measures it at start); measured on first
+        use when not given. ``listings``: where the readers' file listings are kept, so
+        that a restore over changed data names the first changed file."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -61,6 +68,9 @@ class Pipeline:
         roots = [Path(r) for r in data_roots] if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
+        self._behaviour = behaviour
+        self._listings = listings
+        self._identity: checkpoint_pb2.EngineId | None = None
         self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops)
         self._segments = SegmentRunner(self._plan)
         single_threaded_opencv()
@@ -69,7 +79,8 @@ class Pipeline:
         base = 0
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
-            ckpt.verify_against(body, spec, self._engine_id(), digests)
+            ckpt.verify_against(body, spec, self.engine_id(), digests,
+                                self._first_change if listings is not None else None)
             states = {s.op: s for s in body.op_states}
             for stage in self._plan.stages:
                 if stage.op_index not in states:
@@ -79,6 +90,8 @@ class Pipeline:
         else:
             for stage in self._plan.stages:
                 stage.reset(None)
+        if listings is not None:
+            self._keep_listings(listings)
         self._base_batches = base
         self._base_states = [stage.get_state() for stage in self._plan.stages]
         self._returned = base
@@ -113,6 +126,18 @@ class Pipeline:
     def start_batches(self) -> int:
         """The position this pipeline started from (0, or its checkpoint's)."""
         return self._base_batches
+
+    def _keep_listings(self, listings: ListingArchive) -> None:
+        self._listings = listings
+        for binding in self._plan.readers.values():
+            if not listings.has(binding.identity.digest):
+                listings.put(binding.identity.digest, binding.identity.listing())
+
+    def _first_change(self, op: int, earlier: bytes) -> str | None:
+        listing = self._listings.get(earlier) if self._listings is not None else None
+        if listing is None:
+            return None
+        return self._plan.readers[op].identity.first_change(listing)
 
     # -- running ---------------------------------------------------------------------
 
@@ -191,9 +216,11 @@ class Pipeline:
 
     # -- state ---------------------------------------------------------------------------
 
-    def _engine_id(self) -> checkpoint_pb2.EngineId:
-        gpu = any(op.type == "decoders.image" and op.device != "cpu" for op in self.spec.ops)
-        return engine_id(gpu)
+    def engine_id(self) -> checkpoint_pb2.EngineId:
+        """The identity this pipeline's checkpoints record (see ``engine_id.py``)."""
+        if self._identity is None:
+            self._identity = engine_id(self.spec, self._behaviour or process_behaviour())
+        return self._identity
 
     def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
         """Every stage's state after ``batches`` batches, computed without replay."""
@@ -218,7 +245,7 @@ class Pipeline:
             spec=self.spec,
             fingerprint=self.fingerprint,
             file_lists=[r.digest for r in self._plan.readers.values()],
-            engine=self._engine_id(),
+            engine=self.engine_id(),
             op_states=self.states_at(n),
             batches=n,
         )

@@ -20,6 +20,7 @@ from conveyor.errors import SpecError
 from conveyor.spec import validate_spec
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
+from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
@@ -36,6 +37,7 @@ class ReaderBinding:
     entries: list[file_list.FileEntry]
     name: str
     digest: checkpoint_pb2.FileListDigest
+    identity: DataIdentity
 
 
 @dataclass
@@ -158,10 +160,11 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 shuffle_after_epoch=args["shuffle_after_epoch"],
                 shuffle_after_epoch_seed=args["shuffle_after_epoch_seed"],
             )
+            identity = DataIdentity(entries, args["verify"])
             digest = checkpoint_pb2.FileListDigest(
                 op=index, reader_name=op.name, num_files=len(entries),
-                sha256=file_list.digest(entries))
-            plan.readers[index] = ReaderBinding(reader, entries, op.name, digest)
+                sha256=identity.digest)
+            plan.readers[index] = ReaderBinding(reader, entries, op.name, digest, identity)
             plan.stages.append(reader)
             plan.layouts[(index, 0)] = plan.layouts[(index, 1)] = ""
         elif op.type in DRAWS:

@@ -134,6 +134,11 @@ class SegmentRunner:
             except OSError as exc:
                 raise DataFileError(f"readers.file: cannot read {entry.path!r}: "
                                     f"{exc.strerror or exc}") from None
+            if values[(op, 0)].size != entry.size:
+                raise DataFileError(
+                    f"readers.file: {entry.path!r} has {values[(op, 0)].size} bytes, but "
+                    f"{entry.size} when the pipeline listed it: the data set changed under "
+                    "the pipeline")
             with self._lock:
                 self.files_read += 1
             values[(op, 1)] = np.array([entry.label], dtype=np.int32)

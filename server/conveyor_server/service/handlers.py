@@ -20,14 +20,16 @@ from conveyor import spec as specs
 from conveyor.errors import CheckpointMismatch, FailedPrecondition, InvalidArgument, NotFound
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
-from conveyor_server.store.store import Owner, Store, StoredCheckpoint, check_name, checkpoint_id
+from conveyor_server.store.store import Owner, Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
 
@@ -43,15 +45,17 @@ def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
     return service_pb2.PipelineInfo(
         name=name, holder=owner.holder, generation=owner.generation,
         fingerprint=owner.fingerprint,
-        latest_checkpoint=checkpoint_id(name, owner.latest) if owner.latest else "")
+        latest_checkpoint=owner.latest_id)
 
 
 class ConveyorService:
     def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
                  observer: ServiceObserver, keep_checkpoints: int = 10,
                  max_pipelines: int = 64, drain_wait: float = 5.0,
-                 limits: EngineLimits = NO_LIMITS) -> None:
+                 limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None) -> None:
         self.store = store
+        self.behaviour = behaviour or process_behaviour()
+        self.listings = RedisListings(store)
         self.limits = limits
         self.address = address
         self.instance = uuid.uuid4().hex
@@ -66,7 +70,8 @@ class ConveyorService:
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:
-        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits)
+        return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits,
+                        behaviour=self.behaviour, listings=self.listings)
 
     @rpc_kinds.unary
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,

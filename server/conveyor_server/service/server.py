@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from conveyor.channel import CHANNEL_OPTIONS, SERVICE_NAME
+from conveyor_server.engine.behaviour.measure import Behaviour
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
@@ -31,6 +32,7 @@ def create_server(
     observer: ServiceObserver, advertise: str | None = None, keep_checkpoints: int = 10,
     max_pipelines: int = 64, token: str | None = None, max_workers: int = 64,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
+    behaviour: Behaviour | None = None,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer)]
     if token:
@@ -50,7 +52,7 @@ def create_server(
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               observer=observer, keep_checkpoints=keep_checkpoints,
                               max_pipelines=max_pipelines, drain_wait=drain_wait,
-                              limits=limits)
+                              limits=limits, behaviour=behaviour)
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -3,13 +3,26 @@
 Keys of one pipeline share the hash tag ``{name}``, so a Redis Cluster keeps them on one
 slot and the Lua scripts (``scripts/``) stay atomic:
 
-    conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep, latest
+    conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep,
+                               latest (the newest checkpoint's seq), latest_id (its id)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
-    conveyor:{name}:seq        checkpoint sequence counter
+    conveyor:{name}:seq        checkpoint sequence counter (survives delete too)
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
-    conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation
+    conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
+                               nonce
     conveyor:pipelines         set of claimed names (for listing)
+    conveyor:listing:<sha256>  a reader's compressed file listing, by its digest (kept 30
+                               days after last use; names the first changed file when a
+                               restore finds the data changed)
+
+A checkpoint id is ``<pipeline>:<seq>-<nonce>``: ``nonce`` is 16 random lowercase hex
+digits chosen for each write and kept in the checkpoint's hash, so an id names one
+checkpoint for all time. A sequence number alone can come back (a Redis failover that
+loses the last writes rolls the counter back; servers before this format deleted the
+counter with the name), and reading an id whose nonce is not the stored one is NotFound,
+never another checkpoint. Ids ``<pipeline>:<seq>`` from older servers are still read, but
+only while the checkpoint at that sequence has no nonce (was written by an older server).
 
 Writes are the Lua scripts in ``scripts/`` (read once per process, registered once per
 ``Store``, run by their SHA). The name set is updated by the same script as the owner,
@@ -27,6 +40,7 @@ import functools
 import hashlib
 import logging
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,24 +63,43 @@ from conveyor_server.store.connect import Connection, RedisConfig, connect
 log = logging.getLogger("conveyor.server")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
+#: How long a reader's file listing is kept after its pipeline last used it (30 days).
+LISTING_TTL_S = 30 * 24 * 3600
 
 
 def check_name(name: str) -> str:
-    if not NAME_PATTERN.match(name or ""):
+    if not NAME_PATTERN.fullmatch(name or ""):
         raise InvalidArgument(f"pipeline name {name!r} is invalid: use 1-128 characters from "
                               "A-Z a-z 0-9 . _ - starting with a letter or digit")
     return name
 
 
-def checkpoint_id(name: str, seq: int) -> str:
-    return f"{name}:{seq}"
+CHECKPOINT_ID_PATTERN = re.compile(r"([^:]+):([1-9][0-9]{0,18})(?:-([0-9a-f]{16}))?")
 
 
-def parse_checkpoint_id(cid: str) -> tuple[str, int]:
-    name, _, seq = cid.rpartition(":")
-    if not name or not seq.isdigit():
-        raise InvalidArgument(f"checkpoint id {cid!r} is invalid: expected '<pipeline>:<number>'")
-    return check_name(name), int(seq)
+def new_nonce() -> str:
+    """The random part of a new checkpoint id: 16 lowercase hex digits."""
+    return secrets.token_hex(8)
+
+
+def checkpoint_id(name: str, seq: int, nonce: str) -> str:
+    """``<name>:<seq>-<nonce>``; an empty nonce gives an older server's ``<name>:<seq>``."""
+    return f"{name}:{seq}-{nonce}" if nonce else f"{name}:{seq}"
+
+
+def parse_checkpoint_id(cid: str) -> tuple[str, int, str]:
+    """(pipeline, sequence, nonce) of a checkpoint id; the nonce is "" for an older
+    server's ``<pipeline>:<number>``."""
+    match = CHECKPOINT_ID_PATTERN.fullmatch(cid or "")
+    if match is None:
+        raise InvalidArgument(f"checkpoint id {cid!r} is invalid: expected "
+                              "'<pipeline>:<number>-<16 hex>'")
+    name, seq, nonce = match.groups()
+    return check_name(name), int(seq), nonce or ""
+
+
+def _listing_key(digest: bytes) -> str:
+    return f"conveyor:listing:{digest.hex()}"
 
 
 def _k(name: str, suffix: str) -> str:
@@ -81,6 +114,8 @@ class Owner:
     fingerprint: str
     keep: int
     latest: int
+    #: The newest checkpoint's full id, "" if none.
+    latest_id: str
 
 
 @dataclass(frozen=True)
@@ -156,7 +191,7 @@ class Store:
         return int(gen), previous.decode()
 
     def release(self, name: str, instance: str, keep_checkpoints: bool) -> None:
-        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "seq")])
+        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts")])
         ok, holder = self._call("delete", lambda: self._release(
             keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:")]))
         if not ok:
@@ -187,7 +222,7 @@ class Store:
 
     def owner(self, name: str) -> Owner | None:
         raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
-        return _owner(raw)
+        return _owner(name, raw)
 
     def owners(self, names: list[str]) -> dict[str, Owner | None]:
         def fetch() -> list[Any]:
@@ -195,8 +230,8 @@ class Store:
             for name in names:
                 pipe.hgetall(_k(name, "owner"))
             return pipe.execute()
-        return dict(zip(names, (_owner(r) for r in self._call("read owners", fetch)),
-                        strict=True))
+        return {name: _owner(name, raw)
+                for name, raw in zip(names, self._call("read owners", fetch), strict=True)}
 
     def names(self) -> list[str]:
         raw = self._call("list", lambda: self._redis.smembers(PIPELINES_KEY))
@@ -213,21 +248,24 @@ class Store:
                          batches: int, server: str) -> StoredCheckpoint:
         created = int(time.time() * 1000)
         sha = hashlib.sha256(blob).hexdigest()
+        nonce = new_nonce()
         keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts")]
         args: list[str | int | bytes] = [instance, generation, blob, sha, batches, created,
-                                         server, _k(name, "ckpt:")]
+                                         server, _k(name, "ckpt:"), name, nonce]
         ok, value = self._call("checkpoint", lambda: self._write(keys=keys, args=args))
         if not ok:
             holder = value.decode() if value else "nobody (deleted)"
             raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
                          "checkpoints are refused")
         seq = int(value)
-        return StoredCheckpoint(checkpoint_id(name, seq), name, batches, created, len(blob),
-                                server, generation, blob)
+        return StoredCheckpoint(checkpoint_id(name, seq, nonce), name, batches, created,
+                                len(blob), server, generation, blob)
 
     def read_checkpoint(self, cid: str, *, with_blob: bool = True) -> StoredCheckpoint:
-        name, seq = parse_checkpoint_id(cid)
-        fields = ["batches", "created_ms", "server", "generation", "sha256"]
+        """Exactly the checkpoint ``cid`` names, or NotFound (never another one that got
+        its sequence number)."""
+        name, seq, nonce = parse_checkpoint_id(cid)
+        fields = ["batches", "created_ms", "server", "generation", "sha256", "nonce"]
         if with_blob:
             fields.append("blob")
         values = self._call("read checkpoint", lambda: self._redis.hmget(
@@ -235,7 +273,11 @@ class Store:
         if values[0] is None:
             raise NotFound(f"checkpoint {cid!r} does not exist (never written, or retired by "
                            "retention)")
-        blob = values[5] if with_blob else None
+        if (values[5] or b"").decode() != nonce:
+            raise NotFound(f"checkpoint {cid!r} no longer exists: its sequence number now "
+                           "holds another checkpoint (reused by a later incarnation of the "
+                           "pipeline, or after a lost write)")
+        blob = values[6] if with_blob else None
         if blob is not None and hashlib.sha256(blob).hexdigest() != values[4].decode():
             raise CorruptCheckpoint(f"checkpoint {cid!r} in Redis fails its integrity check")
         size = len(blob) if blob is not None else 0
@@ -248,7 +290,7 @@ class Store:
             pipe = self._redis.pipeline(transaction=False)
             for s in seqs:
                 key = _k(name, f"ckpt:{int(s)}")
-                pipe.hmget(key, ["batches", "created_ms", "server", "generation"])
+                pipe.hmget(key, ["batches", "created_ms", "server", "generation", "nonce"])
                 pipe.hstrlen(key, "blob")
             return [seqs, pipe.execute()]
         seqs, rows = self._call("list checkpoints", fetch)
@@ -257,16 +299,39 @@ class Store:
             meta, size = rows[2 * i], rows[2 * i + 1]
             if meta[0] is None:
                 continue  # retired between the two reads
-            out.append(StoredCheckpoint(checkpoint_id(name, int(s)), name, int(meta[0]),
-                                        int(meta[1]), int(size), meta[2].decode(),
-                                        int(meta[3])))
+            cid = checkpoint_id(name, int(s), (meta[4] or b"").decode())
+            out.append(StoredCheckpoint(cid, name, int(meta[0]), int(meta[1]), int(size),
+                                        meta[2].decode(), int(meta[3])))
         return out
 
 
-def _owner(raw: dict[bytes, bytes]) -> Owner | None:
+    # -- file listings ------------------------------------------------------------
+
+    def has_listing(self, digest: bytes) -> bool:
+        """Whether the listing is kept; keeping it another ``LISTING_TTL_S`` if so."""
+        return bool(self._call("keep listing", lambda: self._redis.expire(
+            _listing_key(digest), LISTING_TTL_S)))
+
+    def get_listing(self, digest: bytes) -> bytes | None:
+        value: bytes | None = self._call("read listing",
+                                         lambda: self._redis.get(_listing_key(digest)))
+        return value
+
+    def put_listing(self, digest: bytes, listing: bytes) -> None:
+        self._call("keep listing", lambda: self._redis.set(
+            _listing_key(digest), listing, ex=LISTING_TTL_S, nx=True))
+
+
+def _owner(name: str, raw: dict[bytes, bytes]) -> Owner | None:
     if not raw:
         return None
+    latest = int(raw.get(b"latest", 0))
+    latest_id = raw.get(b"latest_id", b"").decode()
+    if latest and not latest_id.startswith(f"{name}:{latest}-"):
+        # The newest checkpoint was written by an older server, which keeps no id: it has
+        # no nonce, so its id is the older form.
+        latest_id = checkpoint_id(name, latest, "")
     return Owner(
         holder=raw[b"holder"].decode(), instance=raw[b"instance"].decode(),
         generation=int(raw[b"generation"]), fingerprint=raw[b"fingerprint"].decode(),
-        keep=int(raw[b"keep"]), latest=int(raw.get(b"latest", 0)))
+        keep=int(raw[b"keep"]), latest=latest, latest_id=latest_id if latest else "")

@@ -1,10 +1,12 @@
 -- Claim a name whoever holds it (a restore): raises the generation, so the previous
--- holder is fenced, and keeps the latest checkpoint. Returns {generation, previous holder}.
+-- holder is fenced, and keeps the latest checkpoint (its sequence and full id).
+-- Returns {generation, previous holder}.
 -- KEYS: owner, gen, [set]   ARGV: name, holder, instance, fingerprint, keep
 local previous = redis.call('HGET', KEYS[1], 'holder') or ''
 local latest = redis.call('HGET', KEYS[1], 'latest') or 0
+local latest_id = redis.call('HGET', KEYS[1], 'latest_id') or ''
 local gen = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
-           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', latest)
+           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', latest, 'latest_id', latest_id)
 if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
 return {gen, previous}

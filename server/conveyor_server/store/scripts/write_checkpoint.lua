@@ -1,7 +1,10 @@
 -- Store a checkpoint if this server still holds the name at this generation (else
--- {0, holder}): blob and index together, then retire the oldest beyond 'keep'.
+-- {0, holder}): blob and index together, then retire the oldest beyond 'keep'. The nonce
+-- (chosen by the caller for this write) is kept in the checkpoint's hash, and the owner's
+-- 'latest_id' is this checkpoint's full id '<name>:<seq>-<nonce>'.
 -- Returns {1, sequence}.
--- KEYS: owner, seq, ckpts   ARGV: instance, generation, blob, sha, batches, created, server, prefix
+-- KEYS: owner, seq, ckpts
+-- ARGV: instance, generation, blob, sha, batches, created, server, prefix, name, nonce
 local inst = redis.call('HGET', KEYS[1], 'instance')
 local gen = redis.call('HGET', KEYS[1], 'generation')
 if inst ~= ARGV[1] or gen ~= ARGV[2] then
@@ -9,9 +12,9 @@ if inst ~= ARGV[1] or gen ~= ARGV[2] then
 end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches', ARGV[5],
-           'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2])
+           'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2], 'nonce', ARGV[10])
 redis.call('ZADD', KEYS[3], seq, seq)
-redis.call('HSET', KEYS[1], 'latest', seq)
+redis.call('HSET', KEYS[1], 'latest', seq, 'latest_id', ARGV[9] .. ':' .. seq .. '-' .. ARGV[10])
 local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))
 local count = redis.call('ZCARD', KEYS[3])
 if keep and keep > 0 and count > keep then
