@@ -50,6 +50,9 @@ def _describe(info: service_pb2.PipelineInfo) -> None:
               f"acknowledged {info.acknowledged}  (stream {'on' if info.streaming else 'off'})")
         for reader, size in sorted(info.epoch_sizes.items()):
             print(f"epoch size:    {reader}: {size} samples")
+        if info.samples_skipped or info.samples_replaced:
+            print(f"failed samples: {info.samples_skipped} skipped, {info.samples_replaced} "
+                  "replaced")
     print(f"latest ckpt:   {info.latest_checkpoint or '-'}")
 
 

@@ -20,6 +20,10 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
+#: What happens to a sample whose file cannot be read or decoded: the pipeline stops
+#: ("fail"), the sample is left out of its batch ("skip"), or the batch's next good sample
+#: takes its place ("replace"). Decided by the batch's position alone, so resume is exact.
+ON_ERROR = ("fail", "skip", "replace")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class OpSchema:
 
 
 _SEED = {"seed": Arg("int", default=-1, minimum=-1)}
+_ON_ERROR = {"on_error": Arg("enum", default="fail", choices=ON_ERROR)}
 _CROP = {
     "crop": Arg("floats", lengths=(2,), minimum=1),
     "crop_h": Arg("float", default=0.0, minimum=0),
@@ -79,13 +84,14 @@ SCHEMAS: dict[str, OpSchema] = {
             # How a checkpoint recognises the data set: path, size and "metadata"
             # (modification time) or "content" (SHA-256 of every file, read once at build).
             "verify": Arg("enum", default="metadata", choices=("metadata", "content")),
+            **_ON_ERROR,
             **_SEED,
         },
     ),
     "decoders.image": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_ON_ERROR, **_SEED},
         devices=DEVICES,
     ),
     "random.uniform": OpSchema(

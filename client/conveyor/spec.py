@@ -13,6 +13,10 @@ SPEC_VERSION = 1
 
 #: Fields that do not affect the output stream, left out of the fingerprint.
 NON_STREAM_FIELDS = ("num_threads", "prefetch_queue_depth", "definition", "device_id")
+#: Operator arguments left out of the fingerprint, so that a restore may change them: what
+#: happens to a sample that fails (a pipeline stopped by a corrupt file resumes with
+#: ``on_error="skip"``; the batches before it are the same under any policy).
+RESTORE_MAY_CHANGE_ARGS = ("on_error",)
 
 
 def validate_spec(spec: pipeline_pb2.PipelineSpec) -> None:
@@ -62,6 +66,9 @@ def canonical(spec: pipeline_pb2.PipelineSpec) -> pipeline_pb2.PipelineSpec:
         copy.ClearField(name)
     for op in copy.ops:
         op.ClearField("name")
+        for name in RESTORE_MAY_CHANGE_ARGS:
+            if name in op.args:
+                del op.args[name]
     return copy
 
 

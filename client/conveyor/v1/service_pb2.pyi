@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PipelineInfo(_message.Message):
-    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes")
+    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced")
     class EpochSizesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,8 @@ class PipelineInfo(_message.Message):
     STREAMING_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_SIZES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     generation: int
@@ -38,7 +40,9 @@ class PipelineInfo(_message.Message):
     streaming: bool
     latest_checkpoint: str
     epoch_sizes: _containers.ScalarMap[str, int]
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    samples_skipped: int
+    samples_replaced: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ...) -> None: ...
 
 class CreatePipelineRequest(_message.Message):
     __slots__ = ("name", "spec", "keep_checkpoints")

@@ -65,6 +65,11 @@ class Metrics:
             "conveyor_decode_errors",
             "Batches the engine could not produce because a data file was unreadable or "
             "undecodable (the stream ends with DATA_LOSS).", registry=r)
+        self.samples_failed_total = Counter(
+            "conveyor_samples_failed",
+            "Samples whose file could not be read or decoded, left out of their batch "
+            "(policy=skip) or replaced by the batch's next good sample (policy=replace).",
+            ["policy"], registry=r)
         self.checkpoints_written = Counter(
             "conveyor_checkpoints_written", "Checkpoints stored in Redis by this server.",
             registry=r)
@@ -125,6 +130,9 @@ class Metrics:
 
     def decode_error(self) -> None:
         self.decode_errors.inc()
+
+    def samples_failed(self, policy: str, count: int) -> None:
+        self.samples_failed_total.labels(policy=policy).inc(count)
 
     def checkpoint_written(self, seconds: float) -> None:
         self.checkpoint_latency.observe(seconds)

@@ -119,6 +119,16 @@ class Pipeline:
         return self._segments.files_read
 
     @property
+    def samples_skipped(self) -> int:
+        """Samples left out of the batches returned so far (``on_error="skip"``)."""
+        return self._segments.skipped
+
+    @property
+    def samples_replaced(self) -> int:
+        """Samples replaced in the batches returned so far (``on_error="replace"``)."""
+        return self._segments.replaced
+
+    @property
     def batch_size(self) -> int:
         return self._batch_size
 

@@ -38,6 +38,7 @@ class ReaderBinding:
     name: str
     digest: checkpoint_pb2.FileListDigest
     identity: DataIdentity
+    on_error: str = "fail"
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Step:
     inputs: list[Ref]
     arg_inputs: dict[str, Ref]
     num_outputs: int
+    #: What a sample this step fails on becomes: "fail", "skip" or "replace".
+    on_error: str = "fail"
 
     @property
     def label(self) -> str:
@@ -164,7 +167,8 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
             digest = checkpoint_pb2.FileListDigest(
                 op=index, reader_name=op.name, num_files=len(entries),
                 sha256=identity.digest)
-            plan.readers[index] = ReaderBinding(reader, entries, op.name, digest, identity)
+            plan.readers[index] = ReaderBinding(reader, entries, op.name, digest, identity,
+                                                args["on_error"])
             plan.stages.append(reader)
             plan.layouts[(index, 0)] = plan.layouts[(index, 1)] = ""
         elif op.type in DRAWS:
@@ -182,7 +186,8 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
             )
             built = registry.build(ctx, _form(op.type, batch_ops))
             plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs],
-                           {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs))
+                           {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs,
+                           args.get("on_error", "fail")))
             for out, layout in enumerate(built.layouts):
                 plan.layouts[(index, out)] = layout
     plan._find_live()

@@ -31,6 +31,20 @@ class SampleState:
     values: dict[Ref, Any] = field(default_factory=dict)
     #: The data file the sample was read from (for error messages).
     where: str = ""
+    #: Why the sample failed under a "skip" or "replace" policy, and that policy.
+    failed: str = ""
+    policy: str = ""
+
+    def fail(self, policy: str, step: str, exc: ConveyorError) -> None:
+        self.failed = f"{step} on {self.where!r}: {exc.message}"
+        self.policy = policy
+        self.values = {}
+
+
+def _tolerated(policy: str, exc: Exception) -> bool:
+    """Whether a sample's error leaves it out under ``policy`` rather than stopping the
+    pipeline: data errors only; a bug (anything but a Conveyor error) always stops it."""
+    return policy != "fail" and isinstance(exc, ConveyorError) and not isinstance(exc, Internal)
 
 
 def _fail(step: Step, exc: Exception, on: str) -> NoReturn:
@@ -48,6 +62,9 @@ class SegmentRunner:
         self._plan = plan
         self._lock = threading.Lock()
         self.files_read = 0
+        #: Samples left out ("skip") or replaced ("replace") in the batches output so far.
+        self.skipped = 0
+        self.replaced = 0
         #: Each per-sample segment's work on one sample (None for batch segments).
         self._sample_runs = [
             self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)
@@ -72,7 +89,23 @@ class SegmentRunner:
         return work
 
     def outputs(self, states: list[SampleState]) -> list[list[Any]]:
-        """Each pipeline output's samples, in order."""
+        """Each pipeline output's samples, in order: a failed sample is left out ("skip") or
+        takes the values of the batch's next good sample, wrapping around ("replace")."""
+        good = [i for i, s in enumerate(states) if not s.failed]
+        if len(good) < len(states):
+            if not good:
+                raise DataFileError(f"every sample of the batch failed; the first: "
+                                    f"{states[0].failed}")
+            rows: list[SampleState] = []
+            for i, state in enumerate(states):
+                if not state.failed:
+                    rows.append(state)
+                elif state.policy == "replace":
+                    rows.append(states[next((g for g in good if g > i), good[0])])
+            with self._lock:
+                self.replaced += sum(s.policy == "replace" for s in states if s.failed)
+                self.skipped += sum(s.policy == "skip" for s in states if s.failed)
+            states = rows
         return [[s.values[ref] for s in states] for ref in self._plan.outputs]
 
     # -- phases --------------------------------------------------------------------------
@@ -85,6 +118,8 @@ class SegmentRunner:
         def run(state: SampleState) -> None:
             if read:
                 self._read(state)
+            if state.failed:
+                return
             values = state.values
             for step in steps:
                 inputs = [values[r] for r in step.inputs]
@@ -92,6 +127,10 @@ class SegmentRunner:
                 try:
                     outs = step.op.fn(inputs, targs)
                 except Exception as exc:
+                    if _tolerated(step.on_error, exc):
+                        assert isinstance(exc, ConveyorError)
+                        state.fail(step.on_error, step.label, exc)
+                        return
                     _fail(step, exc, repr(state.where))
                 for o, out in enumerate(outs):
                     values[(step.op_index, o)] = out
@@ -103,7 +142,10 @@ class SegmentRunner:
         assert isinstance(step.op, BatchOp)
         fn = step.op.fn
 
-        def run(states: list[SampleState]) -> None:
+        def run(all_states: list[SampleState]) -> None:
+            states = [s for s in all_states if not s.failed]
+            if not states:
+                return
             inputs = [[s.values[r] for s in states] for r in step.inputs]
             targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
             try:
@@ -130,15 +172,27 @@ class SegmentRunner:
             entry = binding.entries[values[(op, 0)]]
             state.where = state.where or entry.path
             try:
-                values[(op, 0)] = np.fromfile(entry.path, dtype=np.uint8)
-            except OSError as exc:
-                raise DataFileError(f"readers.file: cannot read {entry.path!r}: "
-                                    f"{exc.strerror or exc}") from None
-            if values[(op, 0)].size != entry.size:
-                raise DataFileError(
-                    f"readers.file: {entry.path!r} has {values[(op, 0)].size} bytes, but "
-                    f"{entry.size} when the pipeline listed it: the data set changed under "
-                    "the pipeline")
+                values[(op, 0)] = _read_file(entry.path, entry.size)
+            except DataFileError as exc:
+                if binding.on_error == "fail":
+                    raise
+                state.fail(binding.on_error, f"readers.file (op {op})", exc)
+                return
             with self._lock:
                 self.files_read += 1
             values[(op, 1)] = np.array([entry.label], dtype=np.int32)
+
+
+def _read_file(path: str, listed_size: int) -> np.ndarray:
+    """A data file's bytes; DataFileError if it cannot be read or its size changed since
+    the pipeline listed it."""
+    try:
+        data = np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise DataFileError(f"readers.file: cannot read {path!r}: "
+                            f"{exc.strerror or exc}") from None
+    if data.size != listed_size:
+        raise DataFileError(f"readers.file: {path!r} has {data.size} bytes, but {listed_size} "
+                            "when the pipeline listed it: the data set changed under the "
+                            "pipeline")
+    return data

@@ -115,7 +115,9 @@ class HostedPipeline:
             name=self.name, holder=holder, generation=self.generation,
             fingerprint=self.engine.fingerprint.hex(), produced=self.engine.batches_produced,
             sent=self.sent, acknowledged=self.acknowledged, streaming=self.streaming,
-            latest_checkpoint=self.latest_checkpoint)
+            latest_checkpoint=self.latest_checkpoint,
+            samples_skipped=self.engine.samples_skipped,
+            samples_replaced=self.engine.samples_replaced)
         if include_spec:
             info.spec.CopyFrom(self.engine.spec)
         info.epoch_sizes.update(self.engine.epoch_sizes())

@@ -31,6 +31,10 @@ class ServiceObserver(Protocol):
     def decode_error(self) -> None:
         """A batch could not be made: a data file was unreadable or undecodable."""
 
+    def samples_failed(self, policy: str, count: int) -> None:
+        """``count`` samples of a batch failed and were handled by ``policy`` ("skip" or
+        "replace") instead of ending the stream."""
+
     def checkpoint_written(self, seconds: float) -> None:
         """A checkpoint was computed, sealed and stored in ``seconds``."""
 

@@ -75,7 +75,6 @@ class BatchStreams:
     def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext) -> Iterator[bytes]:
         """The frames of each batch, for as long as the client listens."""
         engine = hosted.engine
-        samples = engine.batch_size
         try:
             while context.is_active():
                 started = time.perf_counter()
@@ -87,11 +86,17 @@ class BatchStreams:
                         break
                     if not context.is_active():
                         return
+                failed = engine.samples_skipped, engine.samples_replaced
                 try:
                     batch = engine.run()
                 except DataFileError:
                     self._observer.decode_error()
                     raise
+                for policy, before, after in (("skip", failed[0], engine.samples_skipped),
+                                              ("replace", failed[1], engine.samples_replaced)):
+                    if after > before:
+                        self._observer.samples_failed(policy, after - before)
+                samples = len(batch[0]) if batch else 0
                 self._observer.batch_waited(time.perf_counter() - started)
                 index = engine.batches_returned - 1
                 size = 0
