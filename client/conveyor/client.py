@@ -111,12 +111,25 @@ class Client:
             request.data = bytes(checkpoint)
         if spec is not None:
             request.spec.CopyFrom(spec)
+        if consumed is not None:
+            request.consumed = consumed  # checked by the server before it takes the name
         reply = self._call("Restore", request)
-        if consumed is not None and consumed < reply.batches:
-            raise errors.InvalidArgument(
-                f"consumed={consumed} is before the checkpoint's position ({reply.batches}); "
-                f"the pipeline was restored at batch {reply.batches} on {reply.pipeline.holder}")
+        # The trainer's own count rules: its first stream request names it again.
         return RemotePipeline(self, reply.pipeline, consumed=consumed)
+
+    def resume(self, name: str, consumed: int, *,
+               spec: pipeline_pb2.PipelineSpec | None = None,
+               keep_checkpoints: int = 0) -> RemotePipeline:
+        """Host ``name`` on this server at the trainer's own position, ``consumed`` batches:
+        from its newest checkpoint at or before that position (a drain's, a trainer's), in
+        one call, whether its server drained, died or still holds it (it is fenced)."""
+        usable = [c for c in self.checkpoints(name) if c.batches <= consumed]
+        if not usable:
+            raise errors.NotFound(f"pipeline {name!r} has no checkpoint at or before batch "
+                                  f"{consumed}")
+        best = max(usable, key=lambda c: (c.batches, c.created_unix_ms))
+        return self.restore(name, best.id, spec=spec, keep_checkpoints=keep_checkpoints,
+                            consumed=consumed)
 
     def attach(self, name: str) -> RemotePipeline:
         """Consume an existing pipeline from its acknowledged position."""
@@ -284,6 +297,13 @@ class RemotePipeline:
 
     def describe(self) -> service_pb2.PipelineInfo:
         return self.client.pipeline(self.name)
+
+    def resume(self, on: Client | None = None) -> RemotePipeline:
+        """After this pipeline's server drained or died: host it on ``on`` (another
+        server; by default this object's) at the position this trainer consumed, and go
+        on from there (``Client.resume``). This object is closed."""
+        self.close()
+        return (on or self.client).resume(self.name, self._consumed)
 
     def close(self) -> None:
         with self._lock:

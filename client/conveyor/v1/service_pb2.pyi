@@ -169,18 +169,20 @@ class CheckpointInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., pipeline: _Optional[str] = ..., batches: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., server: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints")
+    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints", "consumed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_FIELD_NUMBER: _ClassVar[int]
     name: str
     checkpoint_id: str
     data: bytes
     spec: _pipeline_pb2.PipelineSpec
     keep_checkpoints: int
-    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
+    consumed: int
+    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., consumed: _Optional[int] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
     __slots__ = ("pipeline", "batches")

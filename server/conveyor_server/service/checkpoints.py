@@ -67,14 +67,21 @@ class CheckpointWriter:
         return self._within_deadline(context, "the checkpoint",
                                      lambda: self.write(hosted, batches))
 
-    def at_acknowledged(self, hosted: HostedPipeline) -> StoredCheckpoint | None:
+    def for_drain(self, hosted: HostedPipeline) -> StoredCheckpoint | None:
         """For the drain: the checkpoint at the consumer's acknowledged position, recorded as
-        the pipeline's drain checkpoint; None if it cannot have one."""
+        the pipeline's drain checkpoint; None if it cannot have one. Written once per
+        position, by the stream or by the drain, whichever comes first (the drain writes
+        it for a stream blocked on flow control, whose loop cannot); written again if the
+        consumer acknowledged more since."""
         if not hosted.engine.spec.enable_checkpointing or hosted.ended is not None:
             return None
-        stored = self.write(hosted, hosted.acknowledged)
-        hosted.drain_checkpoint = stored.id
-        return stored
+        with hosted.drain_lock:
+            done = hosted.drained
+            if done is not None and done.batches == hosted.acknowledged:
+                return done
+            stored = self.write(hosted, hosted.acknowledged)
+            hosted.drained, hosted.drain_checkpoint = stored, stored.id
+            return stored
 
     def _within_deadline(self, context: grpc.ServicerContext, what: str,
                          call: Callable[[], T]) -> T:

@@ -175,6 +175,10 @@ class ConveyorService:
         else:
             raise InvalidArgument("Restore needs a checkpoint_id or checkpoint data")
         body = ckpt.open_blob(blob)
+        position = request.consumed if request.HasField("consumed") else body.batches
+        if position < body.batches:
+            raise InvalidArgument(f"Restore: consumed={position} is before the checkpoint's "
+                                  f"position ({body.batches} batches); nothing was taken over")
         if request.HasField("spec"):
             diff = specs.first_difference(body.spec, request.spec, "checkpoint", "given spec")
             if diff is not None:
@@ -182,6 +186,8 @@ class ConveyorService:
                                          f"{diff}")
         self.pipelines.check_capacity(name)
         engine = self._build(request.spec if request.HasField("spec") else None, blob)
+        if position != body.batches:
+            engine.seek(position)
         keep = request.keep_checkpoints or self.keep_checkpoints
         try:
             gen, previous = self.store.take_over(name, self.address, self.instance,
@@ -189,19 +195,18 @@ class ConveyorService:
         except BaseException:
             engine.close()
             raise
-        hosted = HostedPipeline(name, engine, gen, keep, sent=body.batches,
-                                acknowledged=body.batches)
+        hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position)
         self.pipelines.host(hosted)
         self.observer.restored(time.perf_counter() - started)
-        fields: dict[str, object] = {"pipeline": name, "batches": body.batches,
+        fields: dict[str, object] = {"pipeline": name, "batches": position,
                                      "generation": gen}
         if source == "checkpoint_id":
             fields["checkpoint_id"] = request.checkpoint_id
         log.info("restored pipeline %s at batch %d from %s (generation %d, previous holder %s)",
-                 name, body.batches, fields.get("checkpoint_id", "checkpoint data"), gen,
+                 name, position, fields.get("checkpoint_id", "checkpoint data"), gen,
                  previous or "none", extra=fields)
         return service_pb2.RestoreResponse(pipeline=hosted.info(self.address),
-                                           batches=body.batches)
+                                           batches=position)
 
     @rpc_kinds.unary
     def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,

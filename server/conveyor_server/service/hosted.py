@@ -24,7 +24,7 @@ from conveyor.errors import (
 )
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
-from conveyor_server.store.store import Store, check_name
+from conveyor_server.store.store import Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
 
@@ -42,8 +42,11 @@ class HostedPipeline:
     ended: str | None = None
     ended_error: type[ConveyorError] = Fenced
     latest_checkpoint: str = ""
-    #: The checkpoint written when this server drained the pipeline, if any.
+    #: The checkpoint written when this server drained the pipeline, if any (its id), and
+    #: the lock that lets the stream and the drain write it once per position.
     drain_checkpoint: str = ""
+    drained: StoredCheckpoint | None = None
+    drain_lock: threading.Lock = field(default_factory=threading.Lock)
     #: Set by this server's own delete before it releases the name, so the fencing
     #: watcher does not take the released name for someone else's doing.
     deleting: bool = False

@@ -73,6 +73,7 @@ class Runtime:
         log.info("draining: checkpointing pipelines and ending streams")
         self.health.enter_graceful_shutdown()
         self.service.streams.draining.set()
+        self.service.streams.checkpoint_streaming()
         # Streams checkpoint themselves as they end; the rest are checkpointed once every
         # stream is over, so a stream that was ending anyway is not missed.
         self.server.stop(grace).wait(grace + 1)
@@ -80,7 +81,7 @@ class Runtime:
             if hosted.drain_checkpoint:
                 continue
             try:
-                stored = self.service.checkpoints.at_acknowledged(hosted)
+                stored = self.service.checkpoints.for_drain(hosted)
             except ConveyorError as exc:
                 log.warning("could not checkpoint %s while draining: %s", hosted.name, exc,
                             extra={"pipeline": hosted.name, "error": exc.message})

@@ -111,6 +111,28 @@ class BatchStreams:
             hosted.check_live()  # a pipeline deleted or fenced under the stream says so
             raise
 
+    def checkpoint_streaming(self) -> list[threading.Thread]:
+        """At the start of a drain: checkpoint every streaming pipeline at its acknowledged
+        position once its consumer acknowledged what was sent (or after the drain wait),
+        apart from its stream, which may be blocked on flow control; the stream then ends
+        with that checkpoint's id as soon as it can send again."""
+        threads = []
+        for hosted in self._pipelines.all():
+            if hosted.streaming:
+                thread = threading.Thread(target=self._checkpoint_for_drain, args=(hosted,),
+                                          name=f"drain-{hosted.name}", daemon=True)
+                thread.start()
+                threads.append(thread)
+        return threads
+
+    def _checkpoint_for_drain(self, hosted: HostedPipeline) -> None:
+        hosted.wait_acknowledged(self._drain_wait)
+        try:
+            self._checkpoints.for_drain(hosted)
+        except ConveyorError as exc:
+            log.warning("could not checkpoint %s while draining: %s", hosted.name, exc.message,
+                        extra={"pipeline": hosted.name, "error": exc.message})
+
     def _drain(self, hosted: HostedPipeline) -> None:
         """End the stream for a drain: checkpoint at what the consumer acknowledged (after
         waiting a while for it to acknowledge what was sent) and raise UNAVAILABLE naming
@@ -118,11 +140,14 @@ class BatchStreams:
         hosted.wait_acknowledged(self._drain_wait)
         error = Unavailable(f"server {self._address} is shutting down")
         try:
-            stored = self._checkpoints.write(hosted, hosted.acknowledged)
+            stored = self._checkpoints.for_drain(hosted)
         except Exception as exc:
             error.message += f"; no checkpoint could be written ({exc})"
         else:
-            hosted.drain_checkpoint = stored.id
+            if stored is None:
+                error.message += "; no checkpoint (checkpointing is off or the pipeline ended)"
+                error.args = (error.message,)
+                raise error
             log.info("drained %s at batch %d: %s", hosted.name, stored.batches, stored.id,
                      extra={"pipeline": hosted.name, "checkpoint_id": stored.id,
                             "batches": stored.batches})
