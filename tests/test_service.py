@@ -188,6 +188,10 @@ def test_cli_operates_without_moving_the_trainer(
         assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"
         with Pipeline(rotate_pipeline(str(image_root / "imgs"))) as local:
             assert batch_bytes(pipe.run()) == batch_bytes(run_batches(local, 3)[2])
+        saved = c.checkpoints("cli")[-1].id
+        assert cli(["--server", server.address, "restore", "cli-copy", "--checkpoint", saved,
+                    "--consumed", "4"]) == 0
+        assert f"restored cli-copy on {server.address} at batch 4" in capsys.readouterr().out
 
 
 def test_a_broken_stream_resumes_at_the_consumers_position(

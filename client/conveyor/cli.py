@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("name")
     r.add_argument("--checkpoint", required=True,
                    help="checkpoint id, e.g. rotate:12-9f3c0a1b2c3d4e5f")
+    r.add_argument("--consumed", type=int, default=None,
+                   help="batches the trainer consumed, at or after the checkpoint: the "
+                        "pipeline resumes after them")
     s = sub.add_parser("stream", help="read batches from a copy (never moves the trainer)")
     s.add_argument("name")
     s.add_argument("--batches", type=int, default=100)
@@ -160,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                _when(c.created_unix_ms)) for c in client.checkpoints(args.name)],
                              ("ID", "BATCHES", "BYTES", "SERVER", "CREATED (UTC)"))
             elif args.command == "restore":
-                pipe = client.restore(args.name, checkpoint=args.checkpoint)
+                pipe = client.restore(args.name, checkpoint=args.checkpoint,
+                                      consumed=args.consumed)
                 print(f"restored {pipe.name} on {pipe.info.holder} at batch "
                       f"{pipe.info.acknowledged} (generation {pipe.info.generation})")
             elif args.command == "stream":

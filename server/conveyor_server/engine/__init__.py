@@ -4,9 +4,10 @@ Holds the in-process ``Pipeline`` (``pipeline.py``), the plan of a spec (``plan.
 stages, per-sample segments and per-batch steps), running a batch (``segments.py``,
 ``batch_work.py``), the source stages (``stages/``: readers, random ops), the operators
 (``ops/``, registered per sample or per batch), checkpoint blobs (``checkpoint.py``), file
-lists and data roots (``file_list.py``), keyed random numbers (``keyed_random.py``),
-limits (``limits.py``), the engine's identity (``engine_id.py``) and devices
-(``devices.py``).
+lists and data roots (``file_list.py``), the data set's identity and file listings
+(``data_identity.py``, ``listings.py``), keyed random numbers (``keyed_random.py``),
+limits (``limits.py``), the behaviour probe (``behaviour/``), the engine's identity built
+from it (``engine_id.py``) and devices (``devices.py``).
 
 Imports: the ``conveyor`` client package (spec, schema, errors, generated messages) and
 libraries; no other room of ``conveyor_server`` (service, store, app), so the engine runs in

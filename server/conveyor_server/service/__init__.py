@@ -3,10 +3,11 @@
 Holds the RPC handlers (``handlers.py``), registered from the generated descriptors with
 their kinds checked (``registration.py``, ``rpc_kinds.py``); the stream's send loop and
 acknowledgements (``stream.py``); the hosted pipelines (``hosted.py``); writing checkpoints
-(``checkpoints.py``); the one mapping of domain errors to status codes (``status.py``); the
-interceptors for authentication and RPC metrics (``interceptors.py``); what the service
-reports for metrics (``observer.py``); the lifecycle: fencing watcher, drain, signals
-(``lifecycle.py``); and the server's assembly (``server.py``).
+(``checkpoints.py``); the readers' file listings kept in Redis (``listings.py``); the one
+mapping of domain errors to status codes (``status.py``); the interceptors for
+authentication and RPC metrics (``interceptors.py``); what the service reports for metrics
+(``observer.py``); the lifecycle: fencing watcher, drain, signals (``lifecycle.py``); and
+the server's assembly (``server.py``).
 
 Imports: the engine and store rooms, the ``conveyor`` client package and libraries; never
 the app room (configuration and metrics come in as arguments).
