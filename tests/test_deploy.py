@@ -52,6 +52,7 @@ CONFIG_KEYS: dict[str, Any] = {
     "checkpoints": {"keep": None},
     "limits": {"max_pipelines": None, "max_batch_bytes": None, "max_image_pixels": None},
     "drain": {"grace_s": None},
+    "keepalive": {"time_s": None, "timeout_s": None},
     "auth": {"token_file": None},
     "metrics": {"listen": None},
     "log": {"level": None, "format": None},

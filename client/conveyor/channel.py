@@ -1,6 +1,7 @@
 """What client and server agree on about the gRPC channel, in one place.
 
-- the largest message either side sends or accepts, as channel options;
+- the largest message either side sends or accepts, and HTTP/2 keepalive, as channel
+  options;
 - the service's full name and the StreamBatches method path;
 - the metadata keys: ``authorization`` (``Bearer TOKEN``) and the trailing keys a drained
   stream carries (the checkpoint to resume from);
@@ -23,6 +24,42 @@ from conveyor.v1 import service_pb2
 MAX_MESSAGE_BYTES = 64 << 20
 CHANNEL_OPTIONS = (("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES))
+
+#: HTTP/2 keepalive: a peer that stops answering pings (a dead node, a stopped process, a
+#: partition without a TCP reset) is noticed within about ``time + timeout`` seconds.
+KEEPALIVE_TIME_S = 10.0
+KEEPALIVE_TIMEOUT_S = 10.0
+#: The shortest ping interval a server accepts from a client (clients may ping this often).
+MIN_CLIENT_PING_S = 1.0
+
+
+def client_keepalive(time_s: float = KEEPALIVE_TIME_S,
+                     timeout_s: float = KEEPALIVE_TIMEOUT_S) -> tuple[tuple[str, int], ...]:
+    """Channel options that ping the server every ``time_s`` while a call is open, and
+    fail the calls if it does not answer within ``timeout_s``."""
+    return (("grpc.keepalive_time_ms", int(max(time_s, MIN_CLIENT_PING_S) * 1000)),
+            ("grpc.keepalive_timeout_ms", int(timeout_s * 1000)),
+            # Any ping (gRPC's bandwidth probes too) left unanswered this long fails the
+            # connection; otherwise a probe in flight holds the keepalive back for 60 s.
+            ("grpc.http2.ping_timeout_ms", int(timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0))
+
+
+def server_keepalive(time_s: float = KEEPALIVE_TIME_S,
+                     timeout_s: float = KEEPALIVE_TIMEOUT_S) -> tuple[tuple[str, int], ...]:
+    """Server options: ping each client every ``time_s``, drop it if it does not answer
+    within ``timeout_s`` (its streams end, freeing the pipeline for a new consumer), and
+    accept the clients' own pings down to ``MIN_CLIENT_PING_S`` apart."""
+    return (("grpc.keepalive_time_ms", int(time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(timeout_s * 1000)),
+            # Any ping (gRPC's bandwidth probes too) left unanswered this long fails the
+            # connection; otherwise a probe in flight holds the keepalive back for 60 s.
+            ("grpc.http2.ping_timeout_ms", int(timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(MIN_CLIENT_PING_S * 1000)),
+            ("grpc.http2.max_ping_strikes", 0))
+
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["Conveyor"].full_name
 STREAM_BATCHES_PATH = f"/{SERVICE_NAME}/StreamBatches"

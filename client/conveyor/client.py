@@ -26,8 +26,11 @@ from conveyor.channel import (
     CHANNEL_OPTIONS,
     CHECKPOINT_BATCHES_KEY,
     CHECKPOINT_ID_KEY,
+    KEEPALIVE_TIME_S,
+    KEEPALIVE_TIMEOUT_S,
     STREAM_BATCHES_PATH,
     bearer,
+    client_keepalive,
 )
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
@@ -68,13 +71,20 @@ def _raise(exc: grpc.RpcError) -> errors.ConveyorError:
 
 class Client:
     def __init__(self, target: str, *, timeout: float = 30.0, token: str | None = None,
-                 stream_timeout: float | None = None) -> None:
+                 stream_timeout: float | None = None,
+                 keepalive_s: float = KEEPALIVE_TIME_S,
+                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S) -> None:
+        """``keepalive_s`` / ``keepalive_timeout_s``: while a call is open, ping the
+        server this often and fail the call (UNAVAILABLE) if it does not answer within
+        the timeout, so a dead or stopped server never blocks the trainer for ever."""
         self.target = target
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         token = token or os.environ.get("CONVEYOR_TOKEN")
         self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
-        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(
+            target, options=(*CHANNEL_OPTIONS,
+                             *client_keepalive(keepalive_s, keepalive_timeout_s)))
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)
         # Batch frames stay encoded: BatchAssembler copies their data straight into place.
         self._stream_frames = self._channel.stream_stream(

@@ -49,6 +49,13 @@ class DrainConfig:
 
 
 @dataclass(frozen=True)
+class KeepaliveConfig:
+    #: Ping each client this often; drop it if it does not answer within ``timeout_s``.
+    time_s: float = field(default=10.0, metadata={"min": 1.0})
+    timeout_s: float = field(default=10.0, metadata={"min": 1.0})
+
+
+@dataclass(frozen=True)
 class AuthConfig:
     token: str | None = None
     token_file: str | None = None
@@ -99,6 +106,7 @@ class ServerConfig:
     checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
-            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour)
+            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour,
+            keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s))
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)
         runtime = Runtime(server, service, health_servicer)

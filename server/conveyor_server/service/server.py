@@ -17,7 +17,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from conveyor.channel import CHANNEL_OPTIONS, SERVICE_NAME
+from conveyor.channel import (
+    CHANNEL_OPTIONS,
+    KEEPALIVE_TIME_S,
+    KEEPALIVE_TIMEOUT_S,
+    SERVICE_NAME,
+    server_keepalive,
+)
 from conveyor_server.engine.behaviour.measure import Behaviour
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service.handlers import ConveyorService
@@ -33,13 +39,15 @@ def create_server(
     max_pipelines: int = 64, token: str | None = None, max_workers: int = 64,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
     behaviour: Behaviour | None = None,
+    keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer)]
     if token:
         interceptors.append(BearerAuth(token))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="conveyor-rpc"),
-        interceptors=interceptors, options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
+        interceptors=interceptors,
+        options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
     try:
         port = server.add_insecure_port(address)
     except RuntimeError:
