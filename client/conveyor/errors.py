@@ -11,9 +11,9 @@ from a failed RPC. So ``except conveyor.errors.NotFound`` works in-process and r
     ├── FailedPrecondition     FAILED_PRECONDITION
     │   ├── CheckpointMismatch   spec / file list / engine differ (names the first difference)
     │   ├── CheckpointingDisabled
-    │   ├── ConsumerBusy         a second consumer stream for one pipeline
     │   ├── Fenced               another server restored the pipeline (names the new holder)
     │   └── DeviceUnavailable    a GPU operator asked for on a machine without CUDA
+    ├── Aborted                ABORTED              a newer consumer took over the stream
     ├── DataLoss               DATA_LOSS
     │   ├── CorruptCheckpoint    checksum, truncation or decoding failure
     │   └── DataFileError        an unreadable or undecodable data file (names it)
@@ -72,16 +72,19 @@ class CheckpointingDisabled(FailedPrecondition):
     pass
 
 
-class ConsumerBusy(FailedPrecondition):
-    pass
-
-
 class Fenced(FailedPrecondition):
     pass
 
 
 class DeviceUnavailable(FailedPrecondition):
     pass
+
+
+class Aborted(ConveyorError):
+    """This stream was taken over by a newer consumer of the same pipeline (a trainer that
+    reconnected); the newer one goes on from its own position."""
+
+    code = "ABORTED"
 
 
 class DataLoss(ConveyorError):
@@ -124,6 +127,7 @@ BY_CODE: dict[str, type[ConveyorError]] = {
         NotFound,
         AlreadyExists,
         FailedPrecondition,
+        Aborted,
         DataLoss,
         Unavailable,
         PermissionDenied,

@@ -5,6 +5,11 @@ Counters, all counted from the pipeline's start: ``produced`` (computed by the e
 prefetch included) >= ``sent`` (written to the stream) >= ``acknowledged`` (the consumer
 said it consumed them). A new stream starts where its consumer says it stands, so no batch
 sent ahead is lost when a stream breaks.
+
+One consumer at a time: a new stream at a valid position takes over from the current one
+(a trainer that reconnected wins over its own stale stream), which ends ABORTED. Each
+stream holds a token; only the stream holding the newest one touches the engine (under
+``engine_lock``) or moves the counters.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 from conveyor.errors import (
-    ConsumerBusy,
+    Aborted,
     ConveyorError,
     FailedPrecondition,
     Fenced,
@@ -51,28 +56,28 @@ class HostedPipeline:
     #: watcher does not take the released name for someone else's doing.
     deleting: bool = False
     cond: threading.Condition = field(default_factory=threading.Condition)
+    #: The token of the newest consumer stream; older streams end ABORTED.
+    consumer: int = 0
+    #: Held by the stream around its engine calls, and by ``attach`` to move the engine.
+    engine_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def attach(self, start: int) -> None:
-        """Become this pipeline's consumer, starting after ``start`` consumed batches."""
+    def attach(self, start: int) -> int:
+        """Become this pipeline's consumer, starting after ``start`` consumed batches; a
+        current stream is taken over (it ends ABORTED). Returns the new stream's token."""
         with self.cond:
             self.check_live()
-            if self.streaming:
-                raise ConsumerBusy(f"pipeline {self.name!r} already has a consumer stream; "
-                                   "a second consumer is refused (restore a copy under "
-                                   "another name to read it twice)")
-            lowest = self.engine.start_batches
-            if start < lowest:
-                raise FailedPrecondition(
-                    f"pipeline {self.name!r}: cannot stream from batch {start}: this server "
-                    f"holds it from batch {lowest} on")
-            produced = self.engine.batches_produced
-            if start > produced and produced != lowest:
-                raise FailedPrecondition(
-                    f"pipeline {self.name!r}: cannot stream from batch {start}: only "
-                    f"{produced} were produced")
-            # A consumer ahead of a freshly restored pipeline (one that kept consuming what
-            # a draining server had sent after its checkpoint) starts after what it has:
-            # the engine jumps there in O(1).
+            self._check_start(start)
+            took_over = self.streaming
+            self.consumer += 1
+            token = self.consumer
+            self.cond.notify_all()
+        if took_over:
+            log.info("stream of %s taken over by a newer consumer at batch %d", self.name,
+                     start, extra={"pipeline": self.name, "batches": start})
+        # Holding the engine lock: the previous stream is out of the engine.
+        with self.engine_lock, self.cond:
+            self.check_consumer(token)
+            self.check_live()
             if start != self.engine.batches_returned:
                 try:
                     self.engine.seek(start)
@@ -81,14 +86,45 @@ class HostedPipeline:
                                           "range") from None
             self.sent = self.acknowledged = start
             self.streaming = True
+        return token
 
-    def detach(self) -> None:
+    def check_consumer(self, token: int) -> None:
+        """Aborted if a newer stream took over from the one holding ``token``."""
+        if token != self.consumer:
+            raise Aborted(f"pipeline {self.name!r}: a newer consumer took over the stream "
+                          f"(this one ends; the newer one goes on from its own position)")
+
+    def _check_start(self, start: int) -> None:
+        """FailedPrecondition unless ``start`` is a position this server can stream from.
+        A consumer ahead of a freshly restored pipeline (one that kept consuming what a
+        draining server had sent after its checkpoint) starts after what it has: the
+        engine jumps there in O(1)."""
+        lowest = self.engine.start_batches
+        if start < lowest:
+            raise FailedPrecondition(
+                f"pipeline {self.name!r}: cannot stream from batch {start}: this server "
+                f"holds it from batch {lowest} on")
+        produced = self.engine.batches_produced
+        if start > produced and produced != lowest:
+            raise FailedPrecondition(
+                f"pipeline {self.name!r}: cannot stream from batch {start}: only "
+                f"{produced} were produced")
+
+    def detach(self, token: int) -> None:
         with self.cond:
-            self.streaming = False
+            if token == self.consumer:
+                self.streaming = False
             self.cond.notify_all()
 
-    def acknowledge(self, consumed: int) -> None:
+    def record_sent(self, token: int, sent: int) -> None:
         with self.cond:
+            if token == self.consumer:
+                self.sent = sent
+
+    def acknowledge(self, consumed: int, token: int) -> None:
+        with self.cond:
+            if token != self.consumer:
+                return  # a stream that was taken over
             # Clamped to the batches taken from the engine, not to ``sent``: an ack may
             # overtake the bookkeeping of the batch it acknowledges.
             if consumed > self.acknowledged:

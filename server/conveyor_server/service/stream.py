@@ -22,6 +22,7 @@ from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
 from conveyor.errors import ConveyorError, DataFileError, InvalidArgument, Unavailable
 from conveyor.v1 import service_pb2
 from conveyor.wire import encode_frames
+from conveyor_server.engine.pipeline import Batch, Pipeline
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.observer import ServiceObserver
@@ -48,17 +49,17 @@ class BatchStreams:
         if first is None or not first.name:
             raise InvalidArgument("StreamBatches: the first message must name the pipeline")
         hosted = self._pipelines.local(first.name)
-        hosted.attach(first.consumed)
+        token = hosted.attach(first.consumed)
         peer = context.peer()
         log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
                  extra={"pipeline": hosted.name, "batches": first.consumed, "peer": peer})
         self._observer.stream_opened()
-        acks = threading.Thread(target=_read_acks, args=(requests, hosted),
+        acks = threading.Thread(target=_read_acks, args=(requests, hosted, token),
                                 name=f"acks-{hosted.name}", daemon=True)
         acks.start()
         fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
         try:
-            yield from self._send(hosted, context)
+            yield from self._send(hosted, context, token)
         except ConveyorError as exc:
             fields["error"] = f"{exc.code}: {exc.message}"
             raise
@@ -66,50 +67,65 @@ class BatchStreams:
             fields["error"] = f"INTERNAL: {type(exc).__name__}: {exc}"
             raise
         finally:
-            hosted.detach()
+            hosted.detach(token)
             self._observer.stream_closed()
             fields["batches"] = hosted.sent
             log.info("stream of %s ended after batch %d: %s", hosted.name, hosted.sent,
                      fields.get("error", "the client went away"), extra=fields)
 
-    def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext) -> Iterator[bytes]:
-        """The frames of each batch, for as long as the client listens."""
-        engine = hosted.engine
+    def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext,
+              token: int) -> Iterator[bytes]:
+        """The frames of each batch, for as long as the client listens and no newer stream
+        took over."""
         try:
             while context.is_active():
                 started = time.perf_counter()
-                while True:  # waits in short steps: a drain or a fence is seen promptly
-                    hosted.check_live()
-                    if self.draining.is_set():
-                        self._drain(hosted)
-                    if engine.next_ready(POLL_S):
-                        break
-                    if not context.is_active():
-                        return
-                failed = engine.samples_skipped, engine.samples_replaced
-                try:
-                    batch = engine.run()
-                except DataFileError:
-                    self._observer.decode_error()
-                    raise
-                for policy, before, after in (("skip", failed[0], engine.samples_skipped),
-                                              ("replace", failed[1], engine.samples_replaced)):
-                    if after > before:
-                        self._observer.samples_failed(policy, after - before)
+                taken = self._next_batch(hosted, context, token)
+                if taken is None:
+                    return
+                index, batch = taken
                 samples = len(batch[0]) if batch else 0
                 self._observer.batch_waited(time.perf_counter() - started)
-                index = engine.batches_returned - 1
                 size = 0
                 for frame in encode_frames(index, batch):
                     size += len(frame)
                     yield frame
                 del batch
-                with hosted.cond:
-                    hosted.sent = index + 1
+                hosted.record_sent(token, index + 1)
                 self._observer.batch_streamed(samples, size)
         except ConveyorError:
             hosted.check_live()  # a pipeline deleted or fenced under the stream says so
             raise
+
+    def _next_batch(self, hosted: HostedPipeline, context: grpc.ServicerContext,
+                    token: int) -> tuple[int, Batch] | None:
+        """The engine's next batch and its index, waiting in short steps so that a drain,
+        a fence or a newer consumer is seen promptly; None when the client went away."""
+        engine = hosted.engine
+        while True:
+            hosted.check_live()
+            hosted.check_consumer(token)
+            if self.draining.is_set():
+                self._drain(hosted)
+            with hosted.engine_lock:
+                hosted.check_consumer(token)
+                if engine.next_ready(POLL_S):
+                    failed = engine.samples_skipped, engine.samples_replaced
+                    try:
+                        batch = engine.run()
+                    except DataFileError:
+                        self._observer.decode_error()
+                        raise
+                    self._count_failed(failed, engine)
+                    return engine.batches_returned - 1, batch
+            if not context.is_active():
+                return None
+
+    def _count_failed(self, before: tuple[int, int], engine: Pipeline) -> None:
+        for policy, then, now in (("skip", before[0], engine.samples_skipped),
+                                  ("replace", before[1], engine.samples_replaced)):
+            if now > then:
+                self._observer.samples_failed(policy, now - then)
 
     def checkpoint_streaming(self) -> list[threading.Thread]:
         """At the start of a drain: checkpoint every streaming pipeline at its acknowledged
@@ -159,9 +175,9 @@ class BatchStreams:
         raise error
 
 
-def _read_acks(requests: Requests, hosted: HostedPipeline) -> None:
+def _read_acks(requests: Requests, hosted: HostedPipeline, token: int) -> None:
     try:
         for request in requests:
-            hosted.acknowledge(request.consumed)
+            hosted.acknowledge(request.consumed, token)
     except Exception:  # the stream ended: nothing more to acknowledge
         return
