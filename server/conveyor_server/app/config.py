@@ -39,6 +39,10 @@ class CheckpointsConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_pipelines: int = field(default=64, metadata={"min": 1})
+    #: Consumer streams served at once (each holds an RPC thread); beyond: RESOURCE_EXHAUSTED.
+    max_streams: int = field(default=64, metadata={"min": 1, "max": 4096})
+    #: Seconds a new stream may take to name its pipeline before it is cancelled.
+    first_message_s: float = field(default=10.0, metadata={"min": 0.1})
     max_batch_bytes: int = field(default=1 << 30, metadata={"min": 1})
     max_image_pixels: int = field(default=100_000_000, metadata={"min": 1})
 

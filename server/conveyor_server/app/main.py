@@ -38,6 +38,7 @@ FLAG_KEYS = {
     "listen": "listen", "advertise": "advertise", "redis_url": "redis.url",
     "state_dir": "state_dir", "data_root": "data_roots",
     "keep_checkpoints": "checkpoints.keep", "max_pipelines": "limits.max_pipelines",
+    "max_streams": "limits.max_streams",
     "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s", "token": "auth.token",
     "log_level": "log.level", "log_format": "log.format", "metrics_listen": "metrics.listen",
 }
@@ -65,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="directory pipelines may read (repeatable); paths outside are refused")
     p.add_argument("--keep-checkpoints", type=int, help="checkpoints kept per pipeline")
     p.add_argument("--max-pipelines", type=int, help="pipelines this server hosts")
+    p.add_argument("--max-streams", type=int, help="consumer streams served at once")
     p.add_argument("--redis-timeout", type=float, help="timeout of every Redis call (s)")
     p.add_argument("--grace", type=float, help="seconds a SIGTERM drain waits for streams")
     p.add_argument("--token", help="require 'authorization: Bearer TOKEN' metadata")
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
+            max_streams=cfg.limits.max_streams, first_message_s=cfg.limits.first_message_s,
             token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour,
             keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s))
         if cfg.metrics.listen is not None:

@@ -29,6 +29,7 @@ from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
+from conveyor_server.service.stream_slots import StreamSlots
 from conveyor_server.store.store import Owner, Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
@@ -51,7 +52,8 @@ def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
 class ConveyorService:
     def __init__(self, store: Store, address: str, data_roots: Sequence[str | Path], *,
                  observer: ServiceObserver, keep_checkpoints: int = 10,
-                 max_pipelines: int = 64, drain_wait: float = 5.0,
+                 max_pipelines: int = 64, slots: StreamSlots | None = None,
+                 drain_wait: float = 5.0,
                  limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None) -> None:
         self.store = store
         self.behaviour = behaviour or process_behaviour()
@@ -65,7 +67,7 @@ class ConveyorService:
         self.pipelines = HostedPipelines(store, address, max_pipelines)
         self.checkpoints = CheckpointWriter(store, self.instance, address, observer)
         self.streams = BatchStreams(self.pipelines, self.checkpoints, observer, address,
-                                    drain_wait)
+                                    drain_wait, slots or StreamSlots(64))
         observer.watch_hosted(self.pipelines.count)
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,

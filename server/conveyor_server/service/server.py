@@ -30,13 +30,15 @@ from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
+from conveyor_server.service.stream_slots import FIRST_MESSAGE_S, UNARY_THREADS, StreamSlots
 from conveyor_server.store.store import Store
 
 
 def create_server(
     address: str, store: Store, data_roots: Sequence[str | Path], *,
     observer: ServiceObserver, advertise: str | None = None, keep_checkpoints: int = 10,
-    max_pipelines: int = 64, token: str | None = None, max_workers: int = 64,
+    max_pipelines: int = 64, token: str | None = None, max_streams: int = 64,
+    first_message_s: float = FIRST_MESSAGE_S,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
     behaviour: Behaviour | None = None,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
@@ -45,7 +47,10 @@ def create_server(
     if token:
         interceptors.append(BearerAuth(token))
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="conveyor-rpc"),
+        # Streams hold a thread each: the pool keeps UNARY_THREADS beyond the stream cap,
+        # so unary RPCs and health checks are never starved by streams.
+        futures.ThreadPoolExecutor(max_workers=max_streams + UNARY_THREADS,
+                                   thread_name_prefix="conveyor-rpc"),
         interceptors=interceptors,
         options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
     try:
@@ -59,7 +64,9 @@ def create_server(
         host = socket.gethostname()
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               observer=observer, keep_checkpoints=keep_checkpoints,
-                              max_pipelines=max_pipelines, drain_wait=drain_wait,
+                              max_pipelines=max_pipelines,
+                              slots=StreamSlots(max_streams, first_message_s),
+                              drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour)
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()

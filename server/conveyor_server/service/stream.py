@@ -19,13 +19,14 @@ from collections.abc import Iterator
 import grpc
 
 from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
-from conveyor.errors import ConveyorError, DataFileError, InvalidArgument, Unavailable
+from conveyor.errors import ConveyorError, DataFileError, Unavailable
 from conveyor.v1 import service_pb2
 from conveyor.wire import encode_frames
 from conveyor_server.engine.pipeline import Batch, Pipeline
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.observer import ServiceObserver
+from conveyor_server.service.stream_slots import StreamSlots, first_request
 
 log = logging.getLogger("conveyor.server")
 #: How often a stream waiting for the engine looks for a drain, a fence or a gone client.
@@ -36,18 +37,22 @@ Requests = Iterator[service_pb2.StreamBatchesRequest]
 
 class BatchStreams:
     def __init__(self, pipelines: HostedPipelines, checkpoints: CheckpointWriter,
-                 observer: ServiceObserver, address: str, drain_wait: float) -> None:
+                 observer: ServiceObserver, address: str, drain_wait: float,
+                 slots: StreamSlots) -> None:
         self._pipelines = pipelines
         self._checkpoints = checkpoints
         self._observer = observer
         self._address = address
         self._drain_wait = drain_wait
+        self.slots = slots
         self.draining = threading.Event()
 
     def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
-        first = next(requests, None)
-        if first is None or not first.name:
-            raise InvalidArgument("StreamBatches: the first message must name the pipeline")
+        with self.slots.slot():
+            yield from self._serve(requests, context)
+
+    def _serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
+        first = first_request(requests, context, self.slots.first_message_s)
         hosted = self._pipelines.local(first.name)
         token = hosted.attach(first.consumed)
         peer = context.peer()
