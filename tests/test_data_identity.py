@@ -107,6 +107,6 @@ def test_a_restore_on_another_server_names_the_changed_file(
         pipe.run()
         saved = pipe.checkpoint()
         rewrite_keeping_size(root / "class_0" / "img_000.jpg")
-        with pytest.raises(errors.FailedPrecondition,
+        with pytest.raises(errors.DataChanged,
                            match=r"first change: file 0 '[^']*class_0/img_000\.jpg' changed"):
             cb.restore("edited", checkpoint=saved.id)

@@ -47,7 +47,7 @@ def test_other_cpu_paths_refuse_or_stream_identical_bytes(start_server: Start,
             differ = [k for k in keys if here[k] != there[k]]
             if differ:
                 op = differ[0].split("[")[0].split("@")[0]
-                with pytest.raises(errors.FailedPrecondition,
+                with pytest.raises(errors.EngineMismatch,
                                    match=f"operator '{op}' .*computes other bytes"):
                     cb.restore(name, checkpoint=saved.id)
             else:

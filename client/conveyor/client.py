@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from conveyor import errors
 from conveyor.allocator import tune_client_process
@@ -57,12 +59,31 @@ class Checkpoint:
     server: str
 
 
+def _error_info(exc: grpc.RpcError) -> tuple[str, dict[str, str]]:
+    """The reason and metadata of the call's ``ErrorInfo`` detail ("" and {} if none)."""
+    try:
+        status = rpc_status.from_call(exc)
+    except ValueError:  # details that do not match the code and message
+        return "", {}
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.domain == errors.DOMAIN:
+            return info.reason, dict(info.metadata)
+    return "", {}
+
+
 def _raise(exc: grpc.RpcError) -> errors.ConveyorError:
+    """The ``conveyor.errors`` class the server raised (by the reason it sent, else by the
+    status code), with its message and metadata."""
     code = exc.code().name if exc.code() is not None else "UNKNOWN"
-    cls = errors.BY_CODE.get(code, errors.ConveyorError)
-    err = cls(exc.details() or code)
+    reason, metadata = _error_info(exc)
+    cls = errors.BY_REASON.get(reason) or errors.BY_CODE.get(code, errors.ConveyorError)
+    err = cls.__new__(cls)
+    errors.ConveyorError.__init__(err, exc.details() or code, **metadata)
+    if isinstance(err, errors.SpecError):
+        err.op, err.argument = metadata.get("op", ""), metadata.get("argument") or None
     err.code = code
-    trailing = dict(exc.trailing_metadata() or ())
+    trailing = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
     err.checkpoint_id = trailing.get(CHECKPOINT_ID_KEY)  # type: ignore[attr-defined]
     batches = trailing.get(CHECKPOINT_BATCHES_KEY)
     err.checkpoint_batches = int(batches) if batches else None  # type: ignore[attr-defined]

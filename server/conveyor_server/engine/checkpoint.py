@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from google.protobuf.message import DecodeError
 
 from conveyor import spec as specs
-from conveyor.errors import CheckpointMismatch, CorruptCheckpoint
+from conveyor.errors import CorruptCheckpoint, DataChanged, EngineMismatch, SpecMismatch
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import engine_id
 
@@ -64,20 +64,20 @@ def verify_against(
     the earlier listing can be found."""
     diff = specs.first_difference(body.spec, spec)
     if diff is not None:
-        raise CheckpointMismatch(f"checkpoint was made by a different pipeline: {diff}")
+        raise SpecMismatch(f"checkpoint was made by a different pipeline: {diff}")
     diff = engine_id.difference(body.engine, engine)
     if diff is not None:
-        raise CheckpointMismatch(f"checkpoint was made by an engine that computes other "
+        raise EngineMismatch(f"checkpoint was made by an engine that computes other "
                                  f"bytes: {diff}")
     saved = {d.op: d for d in body.file_lists}
     for op, now in sorted(file_lists.items()):
         then = saved.get(op)
         label = f"reader {now.reader_name!r} (op {op})" if now.reader_name else f"reader op {op}"
         if then is None:
-            raise CheckpointMismatch(f"{label}: checkpoint has no file list digest")
+            raise DataChanged(f"{label}: checkpoint has no file list digest")
         if then.sha256 != now.sha256 or then.num_files != now.num_files:
             change = first_change(op, then.sha256) if first_change is not None else None
-            raise CheckpointMismatch(
+            raise DataChanged(
                 f"{label}: the data set changed: checkpoint lists {then.num_files} files "
                 f"(sha256 {then.sha256.hex()[:12]}), the data now has {now.num_files} files "
                 f"(sha256 {now.sha256.hex()[:12]})"

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from conveyor import spec as specs
-from conveyor.errors import CheckpointMismatch, FailedPrecondition, InvalidArgument, NotFound
+from conveyor.errors import FailedPrecondition, InvalidArgument, NotFound, SpecMismatch
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
@@ -184,7 +184,7 @@ class ConveyorService:
         if request.HasField("spec"):
             diff = specs.first_difference(body.spec, request.spec, "checkpoint", "given spec")
             if diff is not None:
-                raise CheckpointMismatch(f"checkpoint was made by a different pipeline: "
+                raise SpecMismatch(f"checkpoint was made by a different pipeline: "
                                          f"{diff}")
         self.pipelines.check_capacity(name)
         engine = self._build(request.spec if request.HasField("spec") else None, blob)

@@ -46,6 +46,7 @@ class HostedPipeline:
     #: Why this server may no longer serve the pipeline (fenced, deleted), if so.
     ended: str | None = None
     ended_error: type[ConveyorError] = Fenced
+    ended_metadata: dict[str, str] = field(default_factory=dict)
     latest_checkpoint: str = ""
     #: The checkpoint written when this server drained the pipeline, if any (its id), and
     #: the lock that lets the stream and the drain write it once per position.
@@ -133,14 +134,16 @@ class HostedPipeline:
 
     def check_live(self) -> None:
         if self.ended is not None:
-            raise self.ended_error(self.ended)
+            raise self.ended_error(self.ended, **self.ended_metadata)
 
-    def end(self, reason: str, error: type[ConveyorError] = Fenced) -> bool:
-        """End the pipeline here for ``reason``; True if this call ended it."""
+    def end(self, reason: str, error: type[ConveyorError] = Fenced, **metadata: str) -> bool:
+        """End the pipeline here for ``reason`` (later calls raise ``error`` with
+        ``metadata``); True if this call ended it."""
         with self.cond:
             first = self.ended is None
             if first:
                 self.ended, self.ended_error = reason, error
+                self.ended_metadata = dict(metadata)
             self.cond.notify_all()
         return first
 
@@ -231,6 +234,6 @@ class HostedPipelines:
         what = (f"was restored on server {holder}" if holder is not None
                 else "was deleted through another server")
         if seen.end(f"pipeline {name!r} {what}: this server is fenced and its stream and "
-                    "checkpoints are refused"):
+                    "checkpoints are refused", holder=holder or ""):
             log.warning("pipeline %s %s: fenced here", name, what,
                         extra={"pipeline": name, "holder": holder or ""})

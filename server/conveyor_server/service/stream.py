@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import grpc
 
 from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
-from conveyor.errors import ConveyorError, DataFileError, Unavailable
+from conveyor.errors import ConveyorError, DataFileError, Draining
 from conveyor.v1 import service_pb2
 from conveyor.wire import encode_frames
 from conveyor_server.engine.pipeline import Batch, Pipeline
@@ -159,7 +159,7 @@ class BatchStreams:
         waiting a while for it to acknowledge what was sent) and raise UNAVAILABLE naming
         that checkpoint."""
         hosted.wait_acknowledged(self._drain_wait)
-        error = Unavailable(f"server {self._address} is shutting down")
+        error = Draining(f"server {self._address} is shutting down")
         try:
             stored = self._checkpoints.for_drain(hosted)
         except Exception as exc:
@@ -174,6 +174,8 @@ class BatchStreams:
                             "batches": stored.batches})
             error.message += (f"; resume from checkpoint {stored.id} "
                               f"(after batch {stored.batches})")
+            error.metadata.update(checkpoint_id=stored.id,
+                                  checkpoint_batches=str(stored.batches))
             error.trailing_metadata = (  # type: ignore[attr-defined]
                 (CHECKPOINT_ID_KEY, stored.id), (CHECKPOINT_BATCHES_KEY, str(stored.batches)))
         error.args = (error.message,)

@@ -176,7 +176,7 @@ class Store:
             keys=keys, args=[name, holder, instance, fingerprint, keep]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
-                                f"{value.decode()}")
+                                f"{value.decode()}", holder=value.decode())
         self._update_set("sadd", name)
         return int(value)
 
@@ -197,7 +197,8 @@ class Store:
         if not ok:
             if not holder:
                 raise NotFound(f"pipeline {name!r} does not exist")
-            raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}")
+            raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}",
+                         holder=holder.decode())
         self._update_set("srem", name)
 
     def _with_set(self, keys: list[str]) -> list[str]:
@@ -256,7 +257,7 @@ class Store:
         if not ok:
             holder = value.decode() if value else "nobody (deleted)"
             raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
-                         "checkpoints are refused")
+                         "checkpoints are refused", holder=value.decode() if value else "")
         seq = int(value)
         return StoredCheckpoint(checkpoint_id(name, seq, nonce), name, batches, created,
                                 len(blob), server, generation, blob)
