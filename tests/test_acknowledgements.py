@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from conveyor.client import ACK_INTERVAL_S, _Acknowledgements
+from conveyor.acknowledgements import ACK_INTERVAL_S
+from conveyor.acknowledgements import Acknowledgements as _Acknowledgements
 from conveyor.v1 import service_pb2
 
 

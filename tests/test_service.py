@@ -121,9 +121,10 @@ def test_kill_9_mid_stream_then_restore_on_another_server_is_exact(
 
 
 def test_restore_fences_the_previous_holder(start_server: Start, image_root: Path) -> None:
+    """The zombie's side, seen by a trainer that does not follow (failover off)."""
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"))
-    with client(a) as ca, client(b) as cb:
+    with client(a, failover=False) as ca, client(b) as cb:
         pipe = ca.create("fenced", spec)
         pipe.run()
         ckpt = pipe.checkpoint()

@@ -1,50 +1,25 @@
-"""The Conveyor client: ``Client(address)`` and the ``RemotePipeline`` it hands out.
+"""The Conveyor client: ``Client(addresses)`` and the ``RemotePipeline`` it hands out.
 
-``RemotePipeline.run()`` and iteration share one stream; a batch counts as consumed when
-they return it. ``checkpoint()`` records exactly that position. A stream starts at the
-consumed count its first request names, so every batch's header index must equal the count
-so far: any other raises ``DataLoss`` naming both, and that batch is neither returned nor
-acknowledged. Server errors surface as the classes of ``conveyor.errors``, carrying the
-gRPC status code and message.
+A client knows one or more servers: a list of addresses, or a DNS name that resolves to
+several (a headless Service). A call goes to the first that answers; a pipeline's stream
+and checkpoints go to the server that holds it (``remote.py``), and follow it when it
+moves. Server errors surface as the classes of ``conveyor.errors``, with the server's
+reason and metadata.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
-
 from conveyor import errors
-from conveyor.allocator import tune_client_process
-from conveyor.channel import (
-    AUTHORIZATION_KEY,
-    CHANNEL_OPTIONS,
-    CHECKPOINT_BATCHES_KEY,
-    CHECKPOINT_ID_KEY,
-    KEEPALIVE_TIME_S,
-    KEEPALIVE_TIMEOUT_S,
-    STREAM_BATCHES_PATH,
-    bearer,
-    client_keepalive,
-)
-from conveyor.tensor_list import TensorList
-from conveyor.v1 import pipeline_pb2, service_pb2, service_pb2_grpc
-from conveyor.wire import BatchAssembler
-
-Batch = tuple[TensorList, ...]
-#: Acknowledgements are sent at most this often; the server's view of the consumed
-#: position (for a drain, or an operator's checkpoint) trails by at most this much.
-ACK_INTERVAL_S = 0.01
-#: How long ``RemotePipeline.close()`` waits for the last acknowledgement to be sent
-#: before it cancels the stream (cancelling drops a message gRPC has not sent yet).
-ACK_FLUSH_S = 0.25
+from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
+from conveyor.connection import Connection, addresses
+from conveyor.remote import RemotePipeline
+from conveyor.v1 import pipeline_pb2, service_pb2
 
 
 @dataclass(frozen=True)
@@ -59,80 +34,90 @@ class Checkpoint:
     server: str
 
 
-def _error_info(exc: grpc.RpcError) -> tuple[str, dict[str, str]]:
-    """The reason and metadata of the call's ``ErrorInfo`` detail ("" and {} if none)."""
-    try:
-        status = rpc_status.from_call(exc)
-    except ValueError:  # details that do not match the code and message
-        return "", {}
-    for detail in status.details if status is not None else ():
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info) and info.domain == errors.DOMAIN:
-            return info.reason, dict(info.metadata)
-    return "", {}
-
-
-def _raise(exc: grpc.RpcError) -> errors.ConveyorError:
-    """The ``conveyor.errors`` class the server raised (by the reason it sent, else by the
-    status code), with its message and metadata."""
-    code = exc.code().name if exc.code() is not None else "UNKNOWN"
-    reason, metadata = _error_info(exc)
-    cls = errors.BY_REASON.get(reason) or errors.BY_CODE.get(code, errors.ConveyorError)
-    err = cls.__new__(cls)
-    errors.ConveyorError.__init__(err, exc.details() or code, **metadata)
-    if isinstance(err, errors.SpecError):
-        err.op, err.argument = metadata.get("op", ""), metadata.get("argument") or None
-    err.code = code
-    trailing = {k: v for k, v in exc.trailing_metadata() or () if isinstance(v, str)}
-    err.checkpoint_id = trailing.get(CHECKPOINT_ID_KEY)  # type: ignore[attr-defined]
-    batches = trailing.get(CHECKPOINT_BATCHES_KEY)
-    err.checkpoint_batches = int(batches) if batches else None  # type: ignore[attr-defined]
-    return err
-
-
 class Client:
-    def __init__(self, target: str, *, timeout: float = 30.0, token: str | None = None,
-                 stream_timeout: float | None = None,
+    def __init__(self, target: str | Sequence[str], *, timeout: float = 30.0,
+                 token: str | None = None, stream_timeout: float | None = None,
                  keepalive_s: float = KEEPALIVE_TIME_S,
-                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S) -> None:
-        """``keepalive_s`` / ``keepalive_timeout_s``: while a call is open, ping the
-        server this often and fail the call (UNAVAILABLE) if it does not answer within
-        the timeout, so a dead or stopped server never blocks the trainer for ever."""
-        self.target = target
+                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
+                 failover: bool = True) -> None:
+        """``target``: a server address, several (a list, or comma-separated), or a DNS
+        name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
+        is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
+        answer within the timeout, so a dead or stopped server never blocks the trainer.
+        ``failover``: a ``RemotePipeline`` whose server dies, stops answering or drains is
+        resumed on another server at the trainer's position (see ``remote.py``)."""
+        targets = [target] if isinstance(target, str) else list(target)
+        self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
+        if not self.targets:
+            raise errors.InvalidArgument("Client needs at least one server address")
+        self.target = self.targets[0]
         self.timeout = timeout
         self.stream_timeout = stream_timeout
+        self.failover = failover
         token = token or os.environ.get("CONVEYOR_TOKEN")
         self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
-        self._channel = grpc.insecure_channel(
-            target, options=(*CHANNEL_OPTIONS,
-                             *client_keepalive(keepalive_s, keepalive_timeout_s)))
-        self._stub = service_pb2_grpc.ConveyorStub(self._channel)
-        # Batch frames stay encoded: BatchAssembler copies their data straight into place.
-        self._stream_frames = self._channel.stream_stream(
-            STREAM_BATCHES_PATH,
-            request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
-            response_deserializer=None)
+        self._keepalive = (keepalive_s, keepalive_timeout_s)
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+        self._preferred = self.targets[0]
 
-    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
-                                               metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise _raise(exc) from None
+    # -- servers ---------------------------------------------------------------------
+
+    def connection(self, address: str) -> Connection:
+        """The (shared) connection to ``address``."""
+        with self._lock:
+            conn = self._connections.get(address)
+            if conn is None:
+                conn = self._connections[address] = Connection(address, self._metadata,
+                                                               self._keepalive)
+            return conn
+
+    def servers(self) -> list[str]:
+        """Every server address the targets name now (DNS is asked again each time)."""
+        return addresses(self.targets)
+
+    def _call(self, method: str, request: Any, timeout: float | None = None, *,
+              via: str | None = None) -> Any:
+        """Call ``via`` that server, or the first that answers (UNAVAILABLE: the next)."""
+        if via is not None:
+            return self.connection(via).call(method, request, timeout or self.timeout)
+        order = [self._preferred, *(a for a in self.servers() if a != self._preferred)]
+        failure: errors.Unavailable | None = None
+        for address in order:
+            try:
+                reply = self.connection(address).call(method, request,
+                                                      timeout or self.timeout)
+            except errors.Unavailable as exc:
+                if isinstance(exc, errors.Draining) or len(order) == 1:
+                    raise
+                failure = exc
+                continue
+            self._preferred = address
+            return reply
+        assert failure is not None
+        raise failure
+
+    def _answering(self) -> str:
+        """The address the last successful call went to."""
+        return self._preferred
+
+    # -- pipelines -------------------------------------------------------------------
 
     def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
                keep_checkpoints: int = 0) -> RemotePipeline:
         reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
             name=name, spec=spec, keep_checkpoints=keep_checkpoints))
-        return RemotePipeline(self, reply.pipeline)
+        return RemotePipeline(self, reply.pipeline, via=self._answering())
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: pipeline_pb2.PipelineSpec | None = None,
-                keep_checkpoints: int = 0, consumed: int | None = None) -> RemotePipeline:
+                keep_checkpoints: int = 0, consumed: int | None = None,
+                via: str | None = None) -> RemotePipeline:
         """Host ``name`` on this server from ``checkpoint``. ``consumed``: the batches this
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
-        after it): the stream then starts after them, so none is received twice."""
+        after it): the stream then starts after them, so none is received twice.
+        ``via``: the server to host it on (by default the first that answers)."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
         if isinstance(checkpoint, Checkpoint):
             request.checkpoint_id = checkpoint.id
@@ -144,31 +129,35 @@ class Client:
             request.spec.CopyFrom(spec)
         if consumed is not None:
             request.consumed = consumed  # checked by the server before it takes the name
-        reply = self._call("Restore", request)
+        reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
-        return RemotePipeline(self, reply.pipeline, consumed=consumed)
+        return RemotePipeline(self, reply.pipeline, consumed=consumed,
+                              via=via or self._answering())
 
     def resume(self, name: str, consumed: int, *,
                spec: pipeline_pb2.PipelineSpec | None = None,
-               keep_checkpoints: int = 0) -> RemotePipeline:
+               keep_checkpoints: int = 0, via: str | None = None) -> RemotePipeline:
         """Host ``name`` on this server at the trainer's own position, ``consumed`` batches:
         from its newest checkpoint at or before that position (a drain's, a trainer's), in
         one call, whether its server drained, died or still holds it (it is fenced)."""
-        usable = [c for c in self.checkpoints(name) if c.batches <= consumed]
+        found = self._call("ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
+                           via=via).checkpoints
+        usable = [c for c in found if c.batches <= consumed]
         if not usable:
             raise errors.NotFound(f"pipeline {name!r} has no checkpoint at or before batch "
                                   f"{consumed}")
         best = max(usable, key=lambda c: (c.batches, c.created_unix_ms))
         return self.restore(name, best.id, spec=spec, keep_checkpoints=keep_checkpoints,
-                            consumed=consumed)
+                            consumed=consumed, via=via)
 
     def attach(self, name: str) -> RemotePipeline:
         """Consume an existing pipeline from its acknowledged position."""
-        return RemotePipeline(self, self.pipeline(name))
+        info = self.pipeline(name)
+        return RemotePipeline(self, info, via=self._answering())
 
-    def pipeline(self, name: str) -> service_pb2.PipelineInfo:
+    def pipeline(self, name: str, *, via: str | None = None) -> service_pb2.PipelineInfo:
         return self._call("DescribePipeline",
-                          service_pb2.DescribePipelineRequest(name=name)).pipeline
+                          service_pb2.DescribePipelineRequest(name=name), via=via).pipeline
 
     def pipelines(self) -> list[service_pb2.PipelineInfo]:
         return list(self._call("ListPipelines", service_pb2.ListPipelinesRequest()).pipelines)
@@ -179,23 +168,27 @@ class Client:
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         reply = self._call("GetCheckpoint", service_pb2.GetCheckpointRequest(id=checkpoint_id))
-        return _checkpoint(reply.checkpoint, reply.data)
+        return checkpoint_of(reply.checkpoint, reply.data)
 
-    def checkpoint(self, name: str, consumed: int | None = None) -> Checkpoint:
+    def checkpoint(self, name: str, consumed: int | None = None, *,
+                   via: str | None = None) -> Checkpoint:
         """Checkpoint ``name`` after ``consumed`` batches, or (operators) after the
         acknowledged ones, which may trail the trainer by the batches in flight."""
         request = service_pb2.CheckpointRequest(name=name)
         if consumed is not None:
             request.consumed = consumed
-        reply = self._call("Checkpoint", request)
-        return _checkpoint(reply.checkpoint, reply.data)
+        reply = self._call("Checkpoint", request, via=via)
+        return checkpoint_of(reply.checkpoint, reply.data)
 
     def delete(self, name: str, *, keep_checkpoints: bool = False) -> None:
         self._call("DeletePipeline", service_pb2.DeletePipelineRequest(
             name=name, keep_checkpoints=keep_checkpoints))
 
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            for conn in self._connections.values():
+                conn.close()
+            self._connections.clear()
 
     def __enter__(self) -> Client:
         return self
@@ -204,144 +197,7 @@ class Client:
         self.close()
 
 
-def _checkpoint(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:
+def checkpoint_of(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:
     return Checkpoint(info.id, data, info.pipeline, info.batches, info.created_unix_ms,
                       info.server)
 
-
-class _Acknowledgements:
-    """The consumer's side of a stream: the opening request, then the consumed count.
-
-    Acknowledgements are cumulative, so only the newest count matters: it is sent at most
-    once per ``ACK_INTERVAL_S``, and only when it moved. The trainer's thread records the
-    count and wakes the sending thread only when that thread is waiting for news, so a fast
-    stream costs a few thread wake-ups per interval instead of several per batch.
-    """
-
-    def __init__(self, name: str, consumed: int) -> None:
-        self._first = service_pb2.StreamBatchesRequest(name=name, consumed=consumed)
-        self._consumed = consumed
-        self._news = threading.Event()
-        self._closed = False
-        self._sent_all = threading.Event()
-
-    def advance(self, consumed: int) -> None:
-        self._consumed = consumed  # read by requests() only after it clears _news
-        if not self._news.is_set():
-            self._news.set()
-
-    def close(self, wait: float = 0.0) -> None:
-        """Send the newest count (if it moved) and end the request side; wait up to
-        ``wait`` seconds until gRPC has sent it."""
-        self._closed = True
-        self._news.set()
-        if wait:
-            self._sent_all.wait(wait)
-
-    def requests(self) -> Iterator[service_pb2.StreamBatchesRequest]:
-        yield self._first
-        sent = self._first.consumed
-        while True:
-            self._news.wait()
-            # Read before the count: close() comes after the last advance(), so a count
-            # read after seeing it closed is the final one. (Checking _closed only after
-            # reading the count could end the stream without its final count.)
-            closing = self._closed
-            if not closing:
-                time.sleep(ACK_INTERVAL_S)  # gather what is consumed meanwhile
-            self._news.clear()
-            consumed = self._consumed
-            if consumed != sent:
-                sent = consumed
-                yield service_pb2.StreamBatchesRequest(consumed=consumed)
-            if closing:  # gRPC asked for more: what was yielded is sent
-                self._sent_all.set()
-                return
-
-
-class RemotePipeline:
-    """A pipeline on a server, consumed like the in-process engine."""
-
-    def __init__(self, client: Client, info: service_pb2.PipelineInfo, *,
-                 consumed: int | None = None) -> None:
-        self.client = client
-        self.name = info.name
-        self.info = info
-        self._consumed = info.acknowledged if consumed is None else consumed
-        self._acks: _Acknowledgements | None = None
-        self._responses: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def consumed(self) -> int:
-        """Batches returned by ``run()`` and iteration, counted from the pipeline's start."""
-        return self._consumed
-
-    def _open(self) -> None:
-        tune_client_process()
-        self._acks = _Acknowledgements(self.name, self._consumed)
-        self._responses = self.client._stream_frames(
-            self._acks.requests(), timeout=self.client.stream_timeout,
-            metadata=self.client._metadata)
-
-    def _close_stream(self, flush: float = 0.0) -> None:
-        """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
-        out first (a healthy stream being closed; a broken one has nothing to send on)."""
-        if self._acks is not None:
-            self._acks.close(flush)
-        if self._responses is not None:
-            self._responses.cancel()
-        self._acks = self._responses = None
-
-    def run(self) -> Batch:
-        with self._lock:
-            if self._responses is None:
-                self._open()
-            # The stream starts where the first request said (this object's consumed
-            # count), so every batch, the first one too, must be the next in order.
-            assembler = BatchAssembler(self._consumed, f"the stream of {self.name!r}")
-            try:
-                for frame in self._responses:
-                    batch = assembler.feed(frame)
-                    if batch is not None:
-                        break
-                else:
-                    raise errors.Unavailable(f"the stream of {self.name!r} ended")
-            except grpc.RpcError as exc:
-                self._close_stream()
-                raise _raise(exc) from None
-            except errors.ConveyorError:
-                self._close_stream()
-                raise
-            self._consumed += 1
-            assert self._acks is not None
-            self._acks.advance(self._consumed)
-            return batch
-
-    def __iter__(self) -> Iterator[Batch]:
-        while True:
-            yield self.run()
-
-    def checkpoint(self) -> Checkpoint:
-        """The position after the batches this object has returned, stored in Redis."""
-        return self.client.checkpoint(self.name, self._consumed)
-
-    def describe(self) -> service_pb2.PipelineInfo:
-        return self.client.pipeline(self.name)
-
-    def resume(self, on: Client | None = None) -> RemotePipeline:
-        """After this pipeline's server drained or died: host it on ``on`` (another
-        server; by default this object's) at the position this trainer consumed, and go
-        on from there (``Client.resume``). This object is closed."""
-        self.close()
-        return (on or self.client).resume(self.name, self._consumed)
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream
-
-    def __enter__(self) -> RemotePipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

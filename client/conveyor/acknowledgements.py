@@ -1,0 +1,67 @@
+"""The consumer's side of a batch stream: its opening request, then acknowledgements of the
+consumed count, sent from gRPC's request thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from conveyor.v1 import service_pb2
+
+#: Acknowledgements are sent at most this often; the server's view of the consumed
+#: position (for a drain, or an operator's checkpoint) trails by at most this much.
+ACK_INTERVAL_S = 0.01
+#: How long ``RemotePipeline.close()`` waits for the last acknowledgement to be sent
+#: before it cancels the stream (cancelling drops a message gRPC has not sent yet).
+ACK_FLUSH_S = 0.25
+
+
+class Acknowledgements:
+    """The consumer's side of a stream: the opening request, then the consumed count.
+
+    Acknowledgements are cumulative, so only the newest count matters: it is sent at most
+    once per ``ACK_INTERVAL_S``, and only when it moved. The trainer's thread records the
+    count and wakes the sending thread only when that thread is waiting for news, so a fast
+    stream costs a few thread wake-ups per interval instead of several per batch.
+    """
+
+    def __init__(self, name: str, consumed: int) -> None:
+        self._first = service_pb2.StreamBatchesRequest(name=name, consumed=consumed)
+        self._consumed = consumed
+        self._news = threading.Event()
+        self._closed = False
+        self._sent_all = threading.Event()
+
+    def advance(self, consumed: int) -> None:
+        self._consumed = consumed  # read by requests() only after it clears _news
+        if not self._news.is_set():
+            self._news.set()
+
+    def close(self, wait: float = 0.0) -> None:
+        """Send the newest count (if it moved) and end the request side; wait up to
+        ``wait`` seconds until gRPC has sent it."""
+        self._closed = True
+        self._news.set()
+        if wait:
+            self._sent_all.wait(wait)
+
+    def requests(self) -> Iterator[service_pb2.StreamBatchesRequest]:
+        yield self._first
+        sent = self._first.consumed
+        while True:
+            self._news.wait()
+            # Read before the count: close() comes after the last advance(), so a count
+            # read after seeing it closed is the final one. (Checking _closed only after
+            # reading the count could end the stream without its final count.)
+            closing = self._closed
+            if not closing:
+                time.sleep(ACK_INTERVAL_S)  # gather what is consumed meanwhile
+            self._news.clear()
+            consumed = self._consumed
+            if consumed != sent:
+                sent = consumed
+                yield service_pb2.StreamBatchesRequest(consumed=consumed)
+            if closing:  # gRPC asked for more: what was yielded is sent
+                self._sent_all.set()
+                return

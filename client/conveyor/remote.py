@@ -1,0 +1,181 @@
+"""``RemotePipeline``: a pipeline on a server, consumed like the in-process engine.
+
+``run()`` and iteration share one stream; a batch counts as consumed when they return it,
+and ``checkpoint()`` records exactly that position. A stream starts at the consumed count
+its first request names, so every batch's header index must equal the count so far: any
+other raises ``DataLoss`` naming both, and that batch is neither returned nor
+acknowledged.
+
+**Failover.** With ``Client(failover=True)`` (the default) the pipeline follows its holder
+and survives it: when its server stops answering, dies or drains, ``run()`` and
+``checkpoint()`` resume the pipeline on another server of the client's from its newest
+checkpoint at or before the trainer's own count, and go on where the trainer stands (the
+index check above makes that exactly once); when another server holds it now, they follow
+there. The trainer's loop never sees it; ``failovers`` counts it and the
+``conveyor.client`` logger says it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from conveyor import errors
+from conveyor.acknowledgements import ACK_FLUSH_S, Acknowledgements
+from conveyor.allocator import tune_client_process
+from conveyor.connection import error_of
+from conveyor.tensor_list import TensorList
+from conveyor.v1 import service_pb2
+from conveyor.wire import BatchAssembler
+
+if TYPE_CHECKING:
+    from conveyor.client import Checkpoint, Client
+
+log = logging.getLogger("conveyor.client")
+Batch = tuple[TensorList, ...]
+T = TypeVar("T")
+#: Moves one call may make before it gives up and raises.
+MAX_FAILOVERS = 3
+
+
+class RemotePipeline:
+    """A pipeline on a server, consumed like the in-process engine."""
+
+    def __init__(self, client: Client, info: service_pb2.PipelineInfo, *,
+                 consumed: int | None = None, via: str | None = None) -> None:
+        self.client = client
+        self.name = info.name
+        self.info = info
+        #: The server this object streams from and checkpoints on.
+        self.via = via or client.target
+        #: How often it moved to another server.
+        self.failovers = 0
+        self._consumed = info.acknowledged if consumed is None else consumed
+        self._acks: Acknowledgements | None = None
+        self._responses: Any = None
+        self._lock = threading.RLock()
+
+    @property
+    def consumed(self) -> int:
+        """Batches returned by ``run()`` and iteration, counted from the pipeline's start."""
+        return self._consumed
+
+    def _open(self) -> None:
+        tune_client_process()
+        self._acks = Acknowledgements(self.name, self._consumed)
+        self._responses = self.client.connection(self.via).stream(
+            self._acks.requests(), self.client.stream_timeout)
+
+    def _close_stream(self, flush: float = 0.0) -> None:
+        """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
+        out first (a healthy stream being closed; a broken one has nothing to send on)."""
+        if self._acks is not None:
+            self._acks.close(flush)
+        if self._responses is not None:
+            self._responses.cancel()
+        self._acks = self._responses = None
+
+    def run(self) -> Batch:
+        with self._lock:
+            return self._with_failover(self._next_batch)
+
+    def _next_batch(self) -> Batch:
+        if self._responses is None:
+            self._open()
+        # The stream starts where the first request said (this object's consumed count),
+        # so every batch, the first one too, must be the next in order.
+        assembler = BatchAssembler(self._consumed, f"the stream of {self.name!r}")
+        try:
+            for frame in self._responses:
+                batch = assembler.feed(frame)
+                if batch is not None:
+                    break
+            else:
+                raise errors.Unavailable(f"the stream of {self.name!r} ended")
+        except grpc.RpcError as exc:
+            self._close_stream()
+            raise error_of(exc) from None
+        except errors.ConveyorError:
+            self._close_stream()
+            raise
+        self._consumed += 1
+        assert self._acks is not None
+        self._acks.advance(self._consumed)
+        return batch
+
+    # -- failover ----------------------------------------------------------------------
+
+    def _with_failover(self, call: Callable[[], T]) -> T:
+        for attempt in range(MAX_FAILOVERS + 1):
+            try:
+                return call()
+            except errors.ConveyorError as exc:
+                if not self.client.failover or attempt == MAX_FAILOVERS or \
+                        not self._move(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _move(self, exc: errors.ConveyorError) -> bool:
+        """Put the pipeline where the stream can go on after ``exc``; False if ``exc`` is
+        not a reason to move or no server can take it."""
+        holder = exc.metadata.get("holder", "")
+        if isinstance(exc, errors.FailedPrecondition) and holder and holder != self.via:
+            self._moved(holder, f"held there now ({exc.message})")  # follow the holder
+            return True
+        if not isinstance(exc, errors.Unavailable):
+            return False
+        others = [a for a in self.client.servers() if a != self.via]
+        for address in others:
+            try:
+                moved = self.client.resume(self.name, self._consumed, via=address)
+            except errors.ConveyorError as refused:
+                log.info("conveyor: %s could not resume %s: %s", address, self.name,
+                         refused.message)
+                continue
+            self.info = moved.info
+            self._moved(address, exc.message)
+            return True
+        return False
+
+    def _moved(self, address: str, why: str) -> None:
+        log.warning("conveyor: pipeline %s moved from %s to %s at batch %d: %s", self.name,
+                    self.via, address, self._consumed, why)
+        self._close_stream()
+        self.via = address
+        self.failovers += 1
+
+    # -- the rest ----------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.run()
+
+    def checkpoint(self) -> Checkpoint:
+        """The position after the batches this object has returned, stored in Redis."""
+        with self._lock:
+            return self._with_failover(
+                lambda: self.client.checkpoint(self.name, self._consumed, via=self.via))
+
+    def describe(self) -> service_pb2.PipelineInfo:
+        return self.client.pipeline(self.name, via=self.via)
+
+    def resume(self, on: Client | None = None) -> RemotePipeline:
+        """After this pipeline's server drained or died: host it on ``on`` (another
+        server; by default this object's) at the position this trainer consumed, and go
+        on from there (``Client.resume``). This object is closed."""
+        self.close()
+        return (on or self.client).resume(self.name, self._consumed)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream
+
+    def __enter__(self) -> RemotePipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
