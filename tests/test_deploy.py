@@ -48,7 +48,7 @@ CONFIG_KEYS: dict[str, Any] = {
     "listen": None, "advertise": None, "data_roots": None,
     "redis": {"url": None, "mode": None, "sentinels": None, "master_name": None,
               "tls": {"ca_file": None, "cert_file": None, "key_file": None},
-              "timeout_s": None},
+              "timeout_s": None, "min_replicas": None, "replica_timeout_s": None},
     "checkpoints": {"keep": None},
     "limits": {"max_pipelines": None, "max_streams": None, "first_message_s": None,
                "max_batch_bytes": None, "max_image_pixels": None},

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             log.info("no redis.url given: started a private redis-server at %s with "
                      "append-only persistence in %s (point several servers at one shared "
                      "Redis for multi-node restore)", url, embedded.directory)
-        store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s)
+        store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s,
+                      min_replicas=cfg.redis.min_replicas,
+                      replica_timeout=cfg.redis.replica_timeout_s)
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels)

@@ -42,6 +42,9 @@ class RedisConfig:
     master_name: str | None = None
     tls: TlsConfig = field(default_factory=TlsConfig)
     timeout_s: float = field(default=1.0, metadata={"min": 0.01})
+    #: Replicas that must have a take-over or checkpoint before it is confirmed (WAIT).
+    min_replicas: int = field(default=0, metadata={"min": 0})
+    replica_timeout_s: float = field(default=1.0, metadata={"min": 0.01})
 
 
 @dataclass(frozen=True)

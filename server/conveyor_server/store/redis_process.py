@@ -79,6 +79,9 @@ class RedisProcess:
             "--dir", str(self.directory),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
+            # Every write reaches the disk before Redis answers: a checkpoint or a fence
+            # the server confirmed survives a crash of the machine.
+            "--appendfsync", "always",
             "--logfile", str(self.directory / "redis.log"),
         ]
         self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)

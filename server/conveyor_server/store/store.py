@@ -137,14 +137,24 @@ def lua_script(name: str) -> str:
 
 
 class Store:
-    def __init__(self, where: str | Connection, *, timeout: float = 1.0) -> None:
+    def __init__(self, where: str | Connection, *, timeout: float = 1.0,
+                 min_replicas: int = 0, replica_timeout: float = 1.0) -> None:
         """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
-        ``connect.connect`` (Sentinel, Cluster, TLS files)."""
+        ``connect.connect`` (Sentinel, Cluster, TLS files). ``min_replicas``: a take-over or
+        checkpoint write returns only once that many replicas have it (Redis ``WAIT``,
+        within ``replica_timeout`` seconds), else it fails with UNAVAILABLE: a failover of
+        an asynchronously replicated Redis then cannot lose a fence or a checkpoint the
+        trainer was told about."""
         if isinstance(where, str):
             where = connect(RedisConfig(url=where, timeout_s=timeout))
         self.address = where.address
         self.cluster = where.cluster
         self.timeout = timeout
+        if min_replicas and where.cluster:
+            raise InvalidArgument("redis.min_replicas is not supported with a Redis Cluster "
+                                  "(WAIT is per node): set it to 0")
+        self.min_replicas = min_replicas
+        self.replica_timeout = replica_timeout
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
         self._redis: Any = where.client
         self._create = self._redis.register_script(lua_script("create"))
@@ -187,8 +197,22 @@ class Store:
         keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
         gen, previous = self._call("restore", lambda: self._take_over(
             keys=keys, args=[name, holder, instance, fingerprint, keep]))
+        self._replicated("the take-over")
         self._update_set("sadd", name)
         return int(gen), previous.decode()
+
+    def _replicated(self, what: str) -> None:
+        """Wait until ``min_replicas`` replicas have this connection's writes; UNAVAILABLE
+        naming how many did if they do not within ``replica_timeout``."""
+        if not self.min_replicas:
+            return
+        acked = int(self._call("wait for replicas", lambda: self._redis.wait(
+            self.min_replicas, int(self.replica_timeout * 1000))))
+        if acked < self.min_replicas:
+            raise Unavailable(f"{what} reached {acked} of the {self.min_replicas} Redis "
+                              f"replicas required (redis.min_replicas) within "
+                              f"{self.replica_timeout:g} s: it may be lost if the primary "
+                              "fails now, so it is not confirmed")
 
     def release(self, name: str, instance: str, keep_checkpoints: bool) -> None:
         keys = self._with_set([_k(name, "owner"), _k(name, "ckpts")])
@@ -259,6 +283,7 @@ class Store:
             raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
                          "checkpoints are refused", holder=value.decode() if value else "")
         seq = int(value)
+        self._replicated(f"checkpoint {checkpoint_id(name, seq, nonce)}")
         return StoredCheckpoint(checkpoint_id(name, seq, nonce), name, batches, created,
                                 len(blob), server, generation, blob)
 
