@@ -138,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     d = sub.add_parser("delete", help="delete a pipeline and release its name")
     d.add_argument("name")
     d.add_argument("--keep-checkpoints", action="store_true")
+    d.add_argument("--force", action="store_true",
+                   help="release the name on any server, whoever holds it (a dead server)")
     args = p.parse_args(argv)
     if args.command == "spec":
         try:
@@ -170,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "stream":
                 _stream(client, args.name, args.batches)
             elif args.command == "delete":
-                client.delete(args.name, keep_checkpoints=args.keep_checkpoints)
+                client.delete(args.name, keep_checkpoints=args.keep_checkpoints,
+                              force=args.force)
                 print(f"deleted {args.name}")
     except ConveyorError as exc:
         print(f"conveyor: {exc.code}: {exc.message}", file=sys.stderr)

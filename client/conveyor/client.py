@@ -180,9 +180,11 @@ class Client:
         reply = self._call("Checkpoint", request, via=via)
         return checkpoint_of(reply.checkpoint, reply.data)
 
-    def delete(self, name: str, *, keep_checkpoints: bool = False) -> None:
+    def delete(self, name: str, *, keep_checkpoints: bool = False, force: bool = False) -> None:
+        """Delete ``name`` on the server holding it; ``force`` (operators): on any server,
+        whoever holds it (a holder still alive is fenced)."""
         self._call("DeletePipeline", service_pb2.DeletePipelineRequest(
-            name=name, keep_checkpoints=keep_checkpoints))
+            name=name, keep_checkpoints=keep_checkpoints, force=force))
 
     def close(self) -> None:
         with self._lock:

@@ -61,12 +61,14 @@ class CreatePipelineResponse(_message.Message):
     def __init__(self, pipeline: _Optional[_Union[PipelineInfo, _Mapping]] = ...) -> None: ...
 
 class DeletePipelineRequest(_message.Message):
-    __slots__ = ("name", "keep_checkpoints")
+    __slots__ = ("name", "keep_checkpoints", "force")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     keep_checkpoints: bool
-    def __init__(self, name: _Optional[str] = ..., keep_checkpoints: _Optional[bool] = ...) -> None: ...
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., keep_checkpoints: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class DeletePipelineResponse(_message.Message):
     __slots__ = ()

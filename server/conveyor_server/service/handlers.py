@@ -84,13 +84,15 @@ class ConveyorService:
         self.pipelines.check_capacity(name)
         engine = self._build(request.spec)
         keep = request.keep_checkpoints or self.keep_checkpoints
+        claimed = time.monotonic()  # the lease runs from before the claim
         try:
             gen = self.store.create(name, self.address, self.instance,
                                     engine.fingerprint.hex(), keep)
         except BaseException:
             engine.close()
             raise
-        hosted = HostedPipeline(name, engine, gen, keep)
+        hosted = HostedPipeline(name, engine, gen, keep,
+                                lease_until=claimed + self.store.lease)
         self.pipelines.host(hosted)
         log.info("created pipeline %s (generation %d)", name, gen,
                  extra={"pipeline": name, "generation": gen})
@@ -99,6 +101,14 @@ class ConveyorService:
     @rpc_kinds.unary
     def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
                        context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
+        if request.force and self.pipelines.get(check_name(request.name)) is None:
+            # An operator's delete of a pipeline held elsewhere (its server gone): the
+            # name is released whoever holds it, and a holder still alive is fenced.
+            previous = self.store.release(request.name, self.instance,
+                                          request.keep_checkpoints, force=True)
+            log.warning("force-deleted pipeline %s held by %s", request.name, previous,
+                        extra={"pipeline": request.name, "holder": previous})
+            return service_pb2.DeletePipelineResponse()
         hosted = self.pipelines.local(request.name)
         with hosted.cond:
             mine, hosted.deleting = not hosted.deleting, True
@@ -191,13 +201,15 @@ class ConveyorService:
         if position != body.batches:
             engine.seek(position)
         keep = request.keep_checkpoints or self.keep_checkpoints
+        claimed = time.monotonic()
         try:
             gen, previous = self.store.take_over(name, self.address, self.instance,
                                                  engine.fingerprint.hex(), keep)
         except BaseException:
             engine.close()
             raise
-        hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position)
+        hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position,
+                                lease_until=claimed + self.store.lease)
         self.pipelines.host(hosted)
         self.observer.restored(time.perf_counter() - started)
         fields: dict[str, object] = {"pipeline": name, "batches": position,

@@ -15,7 +15,9 @@ stream holds a token; only the stream holding the newest one touches the engine 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 from conveyor.errors import (
@@ -26,6 +28,7 @@ from conveyor.errors import (
     InvalidArgument,
     NotFound,
     ResourceExhausted,
+    Unavailable,
 )
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
@@ -57,6 +60,9 @@ class HostedPipeline:
     #: watcher does not take the released name for someone else's doing.
     deleting: bool = False
     cond: threading.Condition = field(default_factory=threading.Condition)
+    #: When this server's lease on the name runs out (``time.monotonic()``), unless renewed:
+    #: past it the pipeline is not served (no zombie streams during a Redis partition).
+    lease_until: float = math.inf
     #: The token of the newest consumer stream; older streams end ABORTED.
     consumer: int = 0
     #: Held by the stream around its engine calls, and by ``attach`` to move the engine.
@@ -135,6 +141,11 @@ class HostedPipeline:
     def check_live(self) -> None:
         if self.ended is not None:
             raise self.ended_error(self.ended, **self.ended_metadata)
+        late = time.monotonic() - self.lease_until
+        if late > 0:
+            raise Unavailable(f"this server's lease on pipeline {self.name!r} ran out "
+                              f"{late:.1f} s ago (Redis unreachable): it stops serving it "
+                              "until it can renew; restore it on another server")
 
     def end(self, reason: str, error: type[ConveyorError] = Fenced, **metadata: str) -> bool:
         """End the pipeline here for ``reason`` (later calls raise ``error`` with

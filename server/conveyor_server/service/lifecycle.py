@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 
 import grpc
@@ -50,9 +51,14 @@ class Runtime:
 
     def _watch(self) -> None:
         """Poll the owners of hosted pipelines; end the streams of those restored elsewhere.
-        A Redis outage is ignored here: running streams go on."""
+        Renew the leases every third of their length. A Redis outage is ignored here:
+        running streams go on until their lease runs out."""
         pipelines = self.service.pipelines
+        renewed = 0.0
         while not self.stopped.wait(self.watch_interval):
+            if time.monotonic() - renewed >= self.service.store.lease / 3:
+                renewed = time.monotonic()
+                self._renew()
             hosted = [h for h in pipelines.all() if h.ended is None]
             if not hosted:
                 continue
@@ -66,6 +72,19 @@ class Runtime:
                     pipelines.fence(h, None)
                 elif owner.instance != self.service.instance:
                     pipelines.fence(h, owner.holder)
+
+    def _renew(self) -> None:
+        store, pipelines = self.service.store, self.service.pipelines
+        for hosted in [h for h in pipelines.all() if h.ended is None]:
+            started = time.monotonic()
+            try:
+                holder = store.renew(hosted.name, self.service.instance)
+            except ConveyorError:
+                continue  # the lease runs down; the streams stop when it ends
+            if holder is None:
+                hosted.lease_until = started + store.lease
+            else:
+                pipelines.fence(hosted, holder or None)
 
     def drain(self, grace: float) -> None:
         """NOT_SERVING; checkpoint every pipeline at its acknowledged position and end each

@@ -44,6 +44,8 @@ class RedisConfig:
     timeout_s: float = field(default=1.0, metadata={"min": 0.01})
     #: Replicas that must have a take-over or checkpoint before it is confirmed (WAIT).
     min_replicas: int = field(default=0, metadata={"min": 0})
+    #: How long a pipeline's name stays held without its server renewing the lease.
+    lease_s: float = field(default=30.0, metadata={"min": 1.0})
     replica_timeout_s: float = field(default=1.0, metadata={"min": 0.01})
 
 

@@ -7,7 +7,8 @@ slot and the Lua scripts (``scripts/``) stay atomic:
                                latest (the newest checkpoint's seq), latest_id (its id)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
-    conveyor:{name}:seq        checkpoint sequence counter (survives delete too)
+    conveyor:{name}:seq        checkpoint sequence counter
+    conveyor:{name}:lease      the holder's instance, expiring unless renewed (survives delete too)
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
                                nonce
@@ -63,6 +64,9 @@ from conveyor_server.store.connect import Connection, RedisConfig, connect
 log = logging.getLogger("conveyor.server")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
+#: A holder renews its lease on a name every third of this; a name whose lease ran out may
+#: be created anew (and any server may restore it, as always).
+LEASE_S = 30.0
 #: How long a reader's file listing is kept after its pipeline last used it (30 days).
 LISTING_TTL_S = 30 * 24 * 3600
 
@@ -138,7 +142,8 @@ def lua_script(name: str) -> str:
 
 class Store:
     def __init__(self, where: str | Connection, *, timeout: float = 1.0,
-                 min_replicas: int = 0, replica_timeout: float = 1.0) -> None:
+                 min_replicas: int = 0, replica_timeout: float = 1.0,
+                 lease: float = LEASE_S) -> None:
         """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
         ``connect.connect`` (Sentinel, Cluster, TLS files). ``min_replicas``: a take-over or
         checkpoint write returns only once that many replicas have it (Redis ``WAIT``,
@@ -155,12 +160,16 @@ class Store:
                                   "(WAIT is per node): set it to 0")
         self.min_replicas = min_replicas
         self.replica_timeout = replica_timeout
+        #: How long a name stays held without its holder renewing it (seconds).
+        self.lease = lease
+        self._lease_ms = int(lease * 1000)
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
         self._redis: Any = where.client
         self._create = self._redis.register_script(lua_script("create"))
         self._take_over = self._redis.register_script(lua_script("take_over"))
         self._write = self._redis.register_script(lua_script("write_checkpoint"))
         self._release = self._redis.register_script(lua_script("release"))
+        self._renew = self._redis.register_script(lua_script("renew"))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -181,9 +190,10 @@ class Store:
     # -- names ---------------------------------------------------------------------
 
     def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int) -> int:
-        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
+        """Claim a free name, or one whose holder's lease ran out."""
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
         ok, value = self._call("create", lambda: self._create(
-            keys=keys, args=[name, holder, instance, fingerprint, keep]))
+            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
                                 f"{value.decode()}", holder=value.decode())
@@ -194,9 +204,9 @@ class Store:
                   keep: int) -> tuple[int, str]:
         """Claim ``name`` for this server, raising its generation. Returns (generation,
         previous holder or "")."""
-        keys = self._with_set([_k(name, "owner"), _k(name, "gen")])
+        keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
         gen, previous = self._call("restore", lambda: self._take_over(
-            keys=keys, args=[name, holder, instance, fingerprint, keep]))
+            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms]))
         self._replicated("the take-over")
         self._update_set("sadd", name)
         return int(gen), previous.decode()
@@ -214,16 +224,33 @@ class Store:
                               f"{self.replica_timeout:g} s: it may be lost if the primary "
                               "fails now, so it is not confirmed")
 
-    def release(self, name: str, instance: str, keep_checkpoints: bool) -> None:
-        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts")])
+    def release(self, name: str, instance: str, keep_checkpoints: bool, *,
+                force: bool = False) -> str:
+        """Release ``name`` (held by ``instance``, or by anyone with ``force``); returns
+        the holder it had."""
+        keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "gen"),
+                               _k(name, "lease")])
         ok, holder = self._call("delete", lambda: self._release(
-            keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:")]))
+            keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:"),
+                             int(force)]))
         if not ok:
             if not holder:
                 raise NotFound(f"pipeline {name!r} does not exist")
             raise Fenced(f"pipeline {name!r} is now held by server {holder.decode()}",
                          holder=holder.decode())
         self._update_set("srem", name)
+        return str(holder.decode())
+
+    def renew(self, name: str, instance: str) -> str | None:
+        """Renew this server's lease on ``name``: None, or the holder now ("" once it was
+        deleted) when this server no longer holds it."""
+        ok, holder = self._call("renew the lease", lambda: self._renew(
+            keys=[_k(name, "owner"), _k(name, "lease")], args=[instance, self._lease_ms]))
+        return None if ok else str(holder.decode())
+
+    def lease_alive(self, name: str) -> bool:
+        return bool(self._call("read the lease",
+                               lambda: self._redis.exists(_k(name, "lease"))))
 
     def _with_set(self, keys: list[str]) -> list[str]:
         """The scripts' keys, plus the name set where it shares their slot."""
