@@ -6,8 +6,10 @@ The pipeline is the seed notebook's (``conveyor_server.demo.run.rotate_pipeline`
 a private redis-server (append-only, as the server's own default) on a unix socket.
 
 - Checkpoint RPC: ``Client.checkpoint(name, consumed)`` round trips, on an idle pipeline
+  (with Redis fsyncing every write, the server's default, and with fsync every second)
   and on one whose stream is being consumed by another thread (the server's 2 cores busy
-  decoding); references: a gRPC health check to the same server (the floor of any unary
+  decoding); its p99 against its floor, a gRPC round trip plus a Redis round trip (PING);
+  references: a gRPC health check to the same server (the floor of any unary
   RPC here), sealing the same checkpoint in process (no gRPC, no Redis) and a bare Redis
   SET of a blob of its size. Each run makes ``--calls`` calls; p50 and p99 are
   per run, shown as the median (and spread) over the interleaved runs.
@@ -140,15 +142,24 @@ def main() -> None:
             finally:
                 busy.stop()
 
+        def without_fsync() -> Latency:
+            bare_redis.config_set("appendfsync", "everysec")
+            try:
+                return latencies(lambda: client.checkpoint("ckpt-idle", consumed=3), calls)
+            finally:
+                bare_redis.config_set("appendfsync", "always")
+
         lat = interleaved({
             "Checkpoint RPC, idle pipeline": lambda: latencies(
                 lambda: client.checkpoint("ckpt-idle", consumed=3), calls),
+            "Checkpoint RPC, idle, fsync every second": without_fsync,
             "Checkpoint RPC, while streaming": streaming,
             "ref: gRPC health check, same server": lambda: latencies(
                 lambda: health.Check(health_request, timeout=30), calls),
             "ref: in-process seal, no Redis": lambda: latencies(local.checkpoint, calls),
             "ref: bare Redis SET of that size": lambda: latencies(
                 lambda: bare_redis.set("bench-blob", payload), calls),
+            "ref: Redis PING": lambda: latencies(bare_redis.ping, calls),
         }, runs)
         busy.pipe.close()
         local.close()
@@ -160,6 +171,13 @@ def main() -> None:
               ("latency (ms)", "p50", "spread", "p99", "spread"))
         print(f"{calls} calls per run; the streamed pipeline moved {busy.batches} batches "
               "while measured")
+        # The floor of a Checkpoint: one gRPC round trip plus one Redis round trip.
+        floor = [h[1] + r[1] for h, r in zip(lat["ref: gRPC health check, same server"],
+                                             lat["ref: Redis PING"], strict=True)]
+        table([(name, ratio([q for _, q in lat[name]], floor))
+               for name in ("Checkpoint RPC, idle pipeline",
+                            "Checkpoint RPC, idle, fsync every second")],
+              ("p99 / (gRPC p99 + Redis p99), target <= 1.1", "ratio (spread)"))
         print(f"seed pipeline checkpoint: {blob_size} bytes (sealed blob, spec included)\n")
 
         blobs = {0: blob_at(spec, 0), FAR: blob_at(spec, FAR)}

@@ -5,7 +5,9 @@ refused before the current stream is touched."""
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,35 @@ def test_a_takeover_while_the_old_stream_is_busy_streams_exact_batches(
         assert [batch_bytes(new.run()) for _ in range(4)] == expected[start:start + 4]
         reader.join(20)
         assert not reader.is_alive() and isinstance(ended[0], errors.Aborted)
+
+
+def test_close_on_another_thread_ends_a_blocked_run_at_once(start_server: Start,
+                                                            image_root: Path) -> None:
+    server = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    with client(server, failover=False) as c:
+        pipe = c.create("blocked-run", spec)
+        pipe.run()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)  # the next run() waits for ever
+        outcome: list[BaseException] = []
+
+        def consume() -> None:
+            try:
+                for _ in range(10_000):
+                    pipe.run()
+            except errors.ConveyorError as exc:
+                outcome.append(exc)
+
+        try:
+            reader = threading.Thread(target=consume, daemon=True)
+            reader.start()
+            time.sleep(0.5)
+            started = time.monotonic()
+            pipe.close()
+            reader.join(5)
+            assert not reader.is_alive() and time.monotonic() - started < 2
+            assert isinstance(outcome[0], errors.FailedPrecondition)
+            assert "was closed" in outcome[0].message
+        finally:
+            server.proc.send_signal(signal.SIGCONT)

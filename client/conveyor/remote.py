@@ -58,6 +58,8 @@ class RemotePipeline:
         self._acks: Acknowledgements | None = None
         self._responses: Any = None
         self._lock = threading.RLock()
+        #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
+        self._closing = threading.Event()
 
     @property
     def consumed(self) -> int:
@@ -98,6 +100,10 @@ class RemotePipeline:
                 raise errors.Unavailable(f"the stream of {self.name!r} ended")
         except grpc.RpcError as exc:
             self._close_stream()
+            if self._closing.is_set():
+                raise errors.FailedPrecondition(
+                    f"the stream of {self.name!r} was closed (close() on another thread) "
+                    f"after {self._consumed} batches") from None
             raise error_of(exc) from None
         except errors.ConveyorError:
             self._close_stream()
@@ -115,7 +121,7 @@ class RemotePipeline:
                 return call()
             except errors.ConveyorError as exc:
                 if not self.client.failover or attempt == MAX_FAILOVERS or \
-                        not self._move(exc):
+                        self._closing.is_set() or not self._move(exc):
                     raise
         raise AssertionError("unreachable")
 
@@ -171,8 +177,27 @@ class RemotePipeline:
         return (on or self.client).resume(self.name, self._consumed)
 
     def close(self) -> None:
-        with self._lock:
-            self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream
+        """End the stream (the pipeline goes on on its server; ``run()`` would open a new
+        stream). A ``run()`` blocked on another thread ends at once, with
+        FailedPrecondition."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream
+            finally:
+                self._lock.release()
+            return
+        self._closing.set()  # a run() holds the lock: end its stream under it
+        try:
+            while not self._lock.acquire(timeout=0.05):
+                responses = self._responses  # (it may be opening one right now)
+                if responses is not None:
+                    responses.cancel()
+            try:
+                self._close_stream()
+            finally:
+                self._lock.release()
+        finally:
+            self._closing.clear()
 
     def __enter__(self) -> RemotePipeline:
         return self
