@@ -16,7 +16,8 @@ from tests.resume import batch_bytes
 from tests.test_resume import reference
 from tests.test_service import Start, client
 
-TOTAL = 14
+#: Batches a test may read before the stream must have moved.
+MOST = 300
 
 
 def trainer(*servers: str, **kw: float) -> conveyor.Client:
@@ -28,7 +29,7 @@ def test_the_trainer_goes_on_after_its_server_fails(start_server: Start, image_r
                                                     fault: str) -> None:
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
-    expected = reference(spec, TOTAL)
+    expected = reference(spec, MOST)
     with trainer(a.address, b.address, keepalive_s=1, keepalive_timeout_s=1) as c:
         pipe = c.create("trained", spec)
         got = [batch_bytes(pipe.run()) for _ in range(3)]
@@ -42,21 +43,24 @@ def test_the_trainer_goes_on_after_its_server_fails(start_server: Start, image_r
         else:
             a.proc.send_signal(signal.SIGSTOP)
         try:
-            got += [batch_bytes(pipe.run()) for _ in range(TOTAL - len(got))]
+            # What A had sent comes first (a drain waits for it); then the stream moves.
+            while pipe.via != b.address and len(got) < MOST - 4:
+                got.append(batch_bytes(pipe.run()))
+            got += [batch_bytes(pipe.run()) for _ in range(4)]
         finally:
             if fault == "SIGSTOP":
                 a.proc.send_signal(signal.SIGCONT)
-        assert got == expected, "a batch was lost or repeated"
+        assert got == expected[:len(got)], "a batch was lost or repeated"
         assert pipe.failovers == 1 and pipe.via == b.address
         assert c.pipeline("trained", via=b.address).holder == b.address
-        assert pipe.checkpoint().batches == TOTAL  # checkpoints follow too
+        assert pipe.checkpoint().batches == len(got)  # checkpoints follow too
 
 
 def test_the_trainer_follows_its_pipeline_to_another_server(start_server: Start,
                                                             image_root: Path) -> None:
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
-    most = 300
+    most = MOST
     expected = reference(spec, most)
     with trainer(a.address) as c, client(b) as operator:
         pipe = c.create("moved", spec)

@@ -28,9 +28,7 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
                                                            image_root: Path) -> None:
     rng = random.Random(SEED)
     plan = [(rng.randrange(1, 6), rng.random() < 0.5) for _ in range(POINTS)]
-    total = 1 + sum(k + 1 for k, _ in plan) + 3  # first, each point and one after, tail
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
-    expected = reference(spec, total)
     serving, spare = start_server(), start_server()
     with conveyor.Client([serving.address, spare.address], timeout=10) as c:
         pipe = c.create("battery", spec)
@@ -47,9 +45,12 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
             serving = spare if victim is serving else serving
             spare = replacement
             c.targets = [serving.address, spare.address]
-            got.append(batch_bytes(pipe.run()))
+            # What the killed server had sent may still arrive; then the stream moves.
+            while pipe.failovers == point and len(got) < 100_000:
+                got.append(batch_bytes(pipe.run()))
             assert pipe.failovers == point + 1
-        got += [batch_bytes(pipe.run()) for _ in range(total - len(got))]
+        got += [batch_bytes(pipe.run()) for _ in range(3)]
+    expected = reference(spec, len(got))
     # Each batch's header index was checked against the trainer's count as it arrived;
     # here the bytes: the stream is the uninterrupted one, none lost, none repeated.
     differ = [i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
