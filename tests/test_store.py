@@ -40,6 +40,21 @@ def test_names_are_claimed_once_and_restore_fences_the_previous_holder(
     assert store.create("rotate", "c:3", "inst-c", "ff", keep=3) > new_gen
 
 
+def test_a_delete_never_drops_a_newer_claim_of_the_same_server(
+        redis_proc: RedisProcess) -> None:
+    """A delete and a restore of one name racing on one server: the delete of the older
+    incarnation (its generation) is refused; the restore's claim stands."""
+    store = Store(redis_proc.url)
+    old = store.create("raced", "a:1", "inst-a", "ff", keep=3)
+    new, _ = store.take_over("raced", "a:1", "inst-a", "ff", keep=3)
+    with pytest.raises(Fenced):
+        store.release("raced", "inst-a", keep_checkpoints=False, generation=old)
+    owner = store.owner("raced")
+    assert owner is not None and owner.generation == new
+    store.release("raced", "inst-a", keep_checkpoints=False, generation=new)
+    assert store.owner("raced") is None
+
+
 def test_retention_keeps_the_last_n(redis_proc: RedisProcess) -> None:
     store = Store(redis_proc.url)
     gen = store.create("p", "a:1", "i", "ff", keep=2)

@@ -114,7 +114,8 @@ class ConveyorService:
             mine, hosted.deleting = not hosted.deleting, True
         try:
             if hosted.ended is None:
-                self.store.release(hosted.name, self.instance, request.keep_checkpoints)
+                self.store.release(hosted.name, self.instance, request.keep_checkpoints,
+                                   generation=hosted.generation)
         except BaseException:
             if mine:
                 hosted.deleting = False

@@ -225,14 +225,14 @@ class Store:
                               "fails now, so it is not confirmed")
 
     def release(self, name: str, instance: str, keep_checkpoints: bool, *,
-                force: bool = False) -> str:
-        """Release ``name`` (held by ``instance``, or by anyone with ``force``); returns
-        the holder it had."""
+                force: bool = False, generation: int | None = None) -> str:
+        """Release ``name`` (held by ``instance`` at ``generation`` if given, or by anyone
+        with ``force``); returns the holder it had."""
         keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "gen"),
                                _k(name, "lease")])
         ok, holder = self._call("delete", lambda: self._release(
             keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:"),
-                             int(force)]))
+                             int(force), "" if generation is None else generation]))
         if not ok:
             if not holder:
                 raise NotFound(f"pipeline {name!r} does not exist")

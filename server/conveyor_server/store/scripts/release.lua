@@ -3,12 +3,17 @@
 -- holder still alive is fenced). Deletes its checkpoints unless they are kept. The
 -- sequence counter stays (like the generation counter), so a re-created name never
 -- numbers a checkpoint as an earlier incarnation did. Returns {1, previous holder}.
--- KEYS: owner, ckpts, gen, lease, [set]   ARGV: name, instance, keep_checkpoints, prefix, force
+-- Without force, the claim must also be the one the caller holds (ARGV[6], its
+-- generation; '' for any): a delete racing a restore on the same server never drops the
+-- restore's fresh claim.
+-- KEYS: owner, ckpts, gen, lease, [set]
+-- ARGV: name, instance, keep_checkpoints, prefix, force, generation
 local holder = redis.call('HGET', KEYS[1], 'holder')
 if not holder then
   return {0, ''}
 end
-if ARGV[5] ~= '1' and redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] then
+if ARGV[5] ~= '1' and (redis.call('HGET', KEYS[1], 'instance') ~= ARGV[2] or
+    (ARGV[6] ~= '' and redis.call('HGET', KEYS[1], 'generation') ~= ARGV[6])) then
   return {0, holder}
 end
 if ARGV[5] == '1' then redis.call('INCR', KEYS[3]) end
