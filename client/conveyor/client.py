@@ -81,25 +81,27 @@ class Client:
         """Call ``via`` that server, or the first that answers (UNAVAILABLE: the next)."""
         if via is not None:
             return self.connection(via).call(method, request, timeout or self.timeout)
-        order = [self._preferred, *(a for a in self.servers() if a != self._preferred)]
-        failure: errors.Unavailable | None = None
-        for address in order:
+        try:
+            return self.connection(self._preferred).call(method, request,
+                                                         timeout or self.timeout)
+        except errors.Unavailable as exc:
+            if isinstance(exc, errors.Draining):
+                raise
+            failure = exc
+        # Only now are the other servers looked up (DNS is asked again each time).
+        for address in self.servers():
+            if address == self._preferred:
+                continue
             try:
                 reply = self.connection(address).call(method, request,
                                                       timeout or self.timeout)
             except errors.Unavailable as exc:
-                if isinstance(exc, errors.Draining) or len(order) == 1:
+                if isinstance(exc, errors.Draining):
                     raise
-                failure = exc
                 continue
             self._preferred = address
             return reply
-        assert failure is not None
         raise failure
-
-    def _answering(self) -> str:
-        """The address the last successful call went to."""
-        return self._preferred
 
     # -- pipelines -------------------------------------------------------------------
 
@@ -107,7 +109,7 @@ class Client:
                keep_checkpoints: int = 0) -> RemotePipeline:
         reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
             name=name, spec=spec, keep_checkpoints=keep_checkpoints))
-        return RemotePipeline(self, reply.pipeline, via=self._answering())
+        return RemotePipeline(self, reply.pipeline, via=self._preferred)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: pipeline_pb2.PipelineSpec | None = None,
@@ -132,7 +134,7 @@ class Client:
         reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
         return RemotePipeline(self, reply.pipeline, consumed=consumed,
-                              via=via or self._answering())
+                              via=via or self._preferred)
 
     def resume(self, name: str, consumed: int, *,
                spec: pipeline_pb2.PipelineSpec | None = None,
@@ -153,7 +155,7 @@ class Client:
     def attach(self, name: str) -> RemotePipeline:
         """Consume an existing pipeline from its acknowledged position."""
         info = self.pipeline(name)
-        return RemotePipeline(self, info, via=self._answering())
+        return RemotePipeline(self, info, via=self._preferred)
 
     def pipeline(self, name: str, *, via: str | None = None) -> service_pb2.PipelineInfo:
         return self._call("DescribePipeline",

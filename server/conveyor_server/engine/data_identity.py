@@ -77,7 +77,7 @@ class DataIdentity:
                 return f"file {i} {_path(now)!r} was added"
             if then[i] != now:
                 return _describe(i, then[i], now)
-        count = sum(1 for _ in self._iter_lines())
+        count = len(self._entries)
         if len(then) > count:
             return f"file {count} {_path(then[count])!r} was removed"
         return "no file differs from the earlier listing"

@@ -138,7 +138,6 @@ class Pipeline:
         return self._base_batches
 
     def _keep_listings(self, listings: ListingArchive) -> None:
-        self._listings = listings
         for binding in self._plan.readers.values():
             if not listings.has(binding.identity.digest):
                 listings.put(binding.identity.digest, binding.identity.listing())

@@ -80,7 +80,7 @@ class CheckpointWriter:
             if done is not None and done.batches == hosted.acknowledged:
                 return done
             stored = self.write(hosted, hosted.acknowledged)
-            hosted.drained, hosted.drain_checkpoint = stored, stored.id
+            hosted.drained = stored
             return stored
 
     def _within_deadline(self, context: grpc.ServicerContext, what: str,

@@ -51,9 +51,8 @@ class HostedPipeline:
     ended_error: type[ConveyorError] = Fenced
     ended_metadata: dict[str, str] = field(default_factory=dict)
     latest_checkpoint: str = ""
-    #: The checkpoint written when this server drained the pipeline, if any (its id), and
-    #: the lock that lets the stream and the drain write it once per position.
-    drain_checkpoint: str = ""
+    #: The checkpoint written when this server drained the pipeline, if any, and the lock
+    #: that lets the stream and the drain write it once per position.
     drained: StoredCheckpoint | None = None
     drain_lock: threading.Lock = field(default_factory=threading.Lock)
     #: Set by this server's own delete before it releases the name, so the fencing

@@ -97,7 +97,7 @@ class Runtime:
         # stream is over, so a stream that was ending anyway is not missed.
         self.server.stop(grace).wait(grace + 1)
         for hosted in self.service.pipelines.all():
-            if hosted.drain_checkpoint:
+            if hosted.drained is not None:
                 continue
             try:
                 stored = self.service.checkpoints.for_drain(hosted)

@@ -30,7 +30,7 @@ from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
-from conveyor_server.service.stream_slots import FIRST_MESSAGE_S, UNARY_THREADS, StreamSlots
+from conveyor_server.service.stream_slots import FIRST_MESSAGE_S, StreamSlots
 from conveyor_server.store.store import Store
 
 
@@ -43,13 +43,14 @@ def create_server(
     behaviour: Behaviour | None = None,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
+    slots = StreamSlots(max_streams, first_message_s)
     interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer)]
     if token:
         interceptors.append(BearerAuth(token))
     server = grpc.server(
-        # Streams hold a thread each: the pool keeps UNARY_THREADS beyond the stream cap,
-        # so unary RPCs and health checks are never starved by streams.
-        futures.ThreadPoolExecutor(max_workers=max_streams + UNARY_THREADS,
+        # Streams hold a thread each: the pool keeps threads beyond the stream cap, so
+        # unary RPCs and health checks are never starved by streams.
+        futures.ThreadPoolExecutor(max_workers=slots.threads,
                                    thread_name_prefix="conveyor-rpc"),
         interceptors=interceptors,
         options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
@@ -65,7 +66,7 @@ def create_server(
     service = ConveyorService(store, advertise or f"{host}:{port}", data_roots,
                               observer=observer, keep_checkpoints=keep_checkpoints,
                               max_pipelines=max_pipelines,
-                              slots=StreamSlots(max_streams, first_message_s),
+                              slots=slots,
                               drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour)
     server.add_generic_rpc_handlers((service_handler(service),))

@@ -132,19 +132,15 @@ class BatchStreams:
             if now > then:
                 self._observer.samples_failed(policy, now - then)
 
-    def checkpoint_streaming(self) -> list[threading.Thread]:
+    def checkpoint_streaming(self) -> None:
         """At the start of a drain: checkpoint every streaming pipeline at its acknowledged
         position once its consumer acknowledged what was sent (or after the drain wait),
         apart from its stream, which may be blocked on flow control; the stream then ends
         with that checkpoint's id as soon as it can send again."""
-        threads = []
         for hosted in self._pipelines.all():
             if hosted.streaming:
-                thread = threading.Thread(target=self._checkpoint_for_drain, args=(hosted,),
-                                          name=f"drain-{hosted.name}", daemon=True)
-                thread.start()
-                threads.append(thread)
-        return threads
+                threading.Thread(target=self._checkpoint_for_drain, args=(hosted,),
+                                 name=f"drain-{hosted.name}", daemon=True).start()
 
     def _checkpoint_for_drain(self, hosted: HostedPipeline) -> None:
         hosted.wait_acknowledged(self._drain_wait)

@@ -248,10 +248,6 @@ class Store:
             keys=[_k(name, "owner"), _k(name, "lease")], args=[instance, self._lease_ms]))
         return None if ok else str(holder.decode())
 
-    def lease_alive(self, name: str) -> bool:
-        return bool(self._call("read the lease",
-                               lambda: self._redis.exists(_k(name, "lease"))))
-
     def _with_set(self, keys: list[str]) -> list[str]:
         """The scripts' keys, plus the name set where it shares their slot."""
         return keys if self.cluster else [*keys, PIPELINES_KEY]

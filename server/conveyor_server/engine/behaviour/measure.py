@@ -106,11 +106,10 @@ def _op_digest(op_type: str, variant: str, device: str) -> bytes | None:
     probe = OP_PROBES[op_type]
     h = hashlib.sha256(f"{op_type}[{variant}]".encode())
     for case in probe.cases(variant):
-        args = {**case.args}
+        ctx = _context(op_type, case, device)
         for per in registry.forms(op_type):
             try:
-                op = registry.build(_context(op_type, Case(args, case.samples,
-                                                           case.input_layouts), device), per)
+                op = registry.build(ctx, per)
             except DeviceUnavailable:
                 return None
             _run_case(h, op, case)
@@ -139,7 +138,7 @@ def measure() -> Behaviour:
                     digests[behaviour_key(op_type, variant, label)] = digest
     for op_type, source in sorted(SOURCE_PROBES.items()):
         h = hashlib.sha256(op_type.encode())
-        for out in source.outputs():
+        for out in source():
             _update(h, out)
         digests[behaviour_key(op_type, "", "cpu")] = h.digest()[:DIGEST_BYTES]
     return Behaviour(digests, cpu_description(), time.perf_counter() - start)

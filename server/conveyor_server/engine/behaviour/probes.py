@@ -14,12 +14,12 @@ Every operator the schemas know must have a probe here (a test checks it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from conveyor.schema import DTYPES, INTERP_TYPES, schema_of
+from conveyor.schema import DTYPES, schema_of
 from conveyor_server.engine.behaviour.inputs import image, images, probe_files
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
@@ -43,11 +43,8 @@ class OpProbe:
     variants: tuple[str, ...] = ("",)
 
 
-@dataclass(frozen=True)
-class SourceProbe:
-    outputs: Callable[[], list[np.ndarray]]
-    variants: tuple[str, ...] = field(default=("",))
-
+#: A source probe: the arrays it outputs (draws, orders).
+SourceProbe = Callable[[], list[np.ndarray]]
 
 OP_PROBES: dict[str, OpProbe] = {}
 SOURCE_PROBES: dict[str, SourceProbe] = {}
@@ -65,7 +62,7 @@ def op_probe(op_type: str, variant_arg: str = "") -> Callable[[Callable[[str], l
 def source_probe(op_type: str) -> Callable[[Callable[[], list[np.ndarray]]],
                                             Callable[[], list[np.ndarray]]]:
     def add(outputs: Callable[[], list[np.ndarray]]) -> Callable[[], list[np.ndarray]]:
-        SOURCE_PROBES[op_type] = SourceProbe(outputs)
+        SOURCE_PROBES[op_type] = outputs
         return outputs
     return add
 
@@ -85,8 +82,6 @@ def _i32(value: int) -> np.ndarray:
 
 
 # -- operators ---------------------------------------------------------------------------
-
-assert "linear" in INTERP_TYPES
 
 
 @op_probe("decoders.image")
