@@ -24,6 +24,9 @@ from tests.test_service import Start, client, wait_for
 
 CYCLES = int(os.environ.get("CONVEYOR_CYCLES", "150"))
 STREAMS = int(os.environ.get("CONVEYOR_STREAMS", "12"))
+#: The stated bound on a server's memory while it streams: this much, plus per stream.
+RSS_BASE_MIB = 120
+RSS_PER_STREAM_MIB = 0.5
 
 
 def usage(server: ServerProcess) -> tuple[int, int, float]:
@@ -66,7 +69,8 @@ def test_connect_cancel_cycles_leave_nothing_behind(start_server: Start,
 
 def test_concurrent_streams_never_starve_the_health_check(start_server: Start,
                                                           image_root: Path) -> None:
-    server = start_server(env={"CONVEYOR_LIMITS_MAX_STREAMS": str(STREAMS)})
+    server = start_server(env={"CONVEYOR_LIMITS_MAX_STREAMS": str(STREAMS),
+                               "CONVEYOR_LIMITS_MAX_PIPELINES": str(STREAMS)})
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, num_threads=1,
                            prefetch_queue_depth=1)
     stop = threading.Event()
@@ -103,4 +107,6 @@ def test_concurrent_streams_never_starve_the_health_check(start_server: Start,
     print(f"\n{STREAMS} concurrent streams: health p50 {waits[49]:.1f} ms, p99 {p99:.1f} ms; "
           f"server RSS {rss_streaming:.0f} MiB")
     assert not failures, failures
-    assert p99 < 250, f"health p99 {p99:.0f} ms under {STREAMS} streams"
+    assert p99 < 100, f"health p99 {p99:.0f} ms under {STREAMS} streams"
+    bound = RSS_BASE_MIB + RSS_PER_STREAM_MIB * STREAMS
+    assert rss_streaming < bound, f"RSS {rss_streaming:.0f} MiB over its bound {bound:.0f} MiB"

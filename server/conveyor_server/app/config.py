@@ -43,6 +43,8 @@ class LimitsConfig:
     max_streams: int = field(default=64, metadata={"min": 1, "max": 4096})
     #: Seconds a new stream may take to name its pipeline before it is cancelled.
     first_message_s: float = field(default=10.0, metadata={"min": 0.1})
+    #: Threads computing batches for all pipelines together; 0: one per CPU available.
+    worker_threads: int = field(default=0, metadata={"min": 0, "max": 1024})
     max_batch_bytes: int = field(default=1 << 30, metadata={"min": 1})
     max_image_pixels: int = field(default=100_000_000, metadata={"min": 1})
 

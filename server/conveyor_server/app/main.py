@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
             max_streams=cfg.limits.max_streams, first_message_s=cfg.limits.first_message_s,
             token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour,
+            worker_threads=cfg.limits.worker_threads,
             keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s))
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +54,16 @@ class Pipeline:
         batch_ops: bool = BATCH_OPS,
         behaviour: Behaviour | None = None,
         listings: ListingArchive | None = None,
+        pool: Executor | None = None,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
         process's measured behaviour (a server measures it at start); measured on first
         use when not given. ``listings``: where the readers' file listings are kept, so
-        that a restore over changed data names the first changed file."""
+        that a restore over changed data names the first changed file. ``pool``: the
+        workers to compute on, shared with other pipelines (a server bounds its compute
+        threads this way); by default the pipeline has ``num_threads`` workers of its own.
+        The per-sample work of a batch is split into ``num_threads`` tasks either way."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -99,7 +103,9 @@ class Pipeline:
         self._inflight: deque[BatchWork[SampleState]] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
         self._threads = max(1, spec.num_threads)
-        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-worker")
+        self._own_pool = pool is None
+        self._pool = pool or ThreadPoolExecutor(self._threads,
+                                                thread_name_prefix="conveyor-worker")
         self._closed = False
 
     # -- counters ------------------------------------------------------------------------
@@ -291,7 +297,8 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._own_pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> Pipeline:
         return self
@@ -301,5 +308,5 @@ class Pipeline:
 
     def __del__(self) -> None:
         pool = getattr(self, "_pool", None)
-        if pool is not None:
+        if pool is not None and getattr(self, "_own_pool", False):
             pool.shutdown(wait=False, cancel_futures=True)

@@ -9,9 +9,11 @@ metrics are interceptors. Hosted pipelines live in ``hosted.py``, the stream in
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -54,7 +56,8 @@ class ConveyorService:
                  observer: ServiceObserver, keep_checkpoints: int = 10,
                  max_pipelines: int = 64, slots: StreamSlots | None = None,
                  drain_wait: float = 5.0,
-                 limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None) -> None:
+                 limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None,
+                 worker_threads: int = 0) -> None:
         self.store = store
         self.behaviour = behaviour or process_behaviour()
         self.listings = RedisListings(store)
@@ -68,12 +71,18 @@ class ConveyorService:
         self.checkpoints = CheckpointWriter(store, self.instance, address, observer)
         self.streams = BatchStreams(self.pipelines, self.checkpoints, observer, address,
                                     drain_wait, slots or StreamSlots(64))
+        # Every hosted pipeline computes on these workers: the server's compute threads
+        # stay bounded however many pipelines and streams it serves, so streams cannot
+        # crowd unary RPCs and health checks out of the interpreter.
+        self.worker_threads = worker_threads or len(os.sched_getaffinity(0))
+        self.workers = ThreadPoolExecutor(self.worker_threads,
+                                          thread_name_prefix="conveyor-worker")
         observer.watch_hosted(self.pipelines.count)
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits,
-                        behaviour=self.behaviour, listings=self.listings)
+                        behaviour=self.behaviour, listings=self.listings, pool=self.workers)
 
     @rpc_kinds.unary
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,
@@ -122,7 +131,7 @@ class ConveyorService:
             raise
         self.pipelines.remove(hosted)
         hosted.end(f"pipeline {hosted.name!r} was deleted", NotFound)
-        hosted.engine.close()
+        hosted.close()
         log.info("deleted pipeline %s (checkpoints %s)", hosted.name,
                  "kept" if request.keep_checkpoints else "deleted",
                  extra={"pipeline": hosted.name, "keep_checkpoints": request.keep_checkpoints})

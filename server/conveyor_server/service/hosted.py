@@ -157,6 +157,14 @@ class HostedPipeline:
             self.cond.notify_all()
         return first
 
+    def close(self) -> None:
+        """Close the engine once no stream is inside it: a stream holds ``engine_lock``
+        only around one wait of ``POLL_S`` and the hand-over of a computed batch, so this
+        waits that long at most, and a stream that comes after sees the engine closed (and
+        this pipeline's end, which the caller sets first)."""
+        with self.engine_lock:
+            self.engine.close()
+
     def wait_acknowledged(self, timeout: float) -> None:
         """Wait until the consumer acknowledged every batch sent (or ``timeout``)."""
         with self.cond:
@@ -227,7 +235,7 @@ class HostedPipelines:
             self._by_name[hosted.name] = hosted
         if previous is not None:
             previous.end(f"pipeline {hosted.name!r} was restored again on {self._address}")
-            previous.engine.close()
+            previous.close()
 
     def remove(self, hosted: HostedPipeline) -> None:
         with self._lock:

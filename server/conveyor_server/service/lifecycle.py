@@ -115,7 +115,8 @@ class Runtime:
         self.stopped.set()
         self.server.stop(0)
         for hosted in self.service.pipelines.all():
-            hosted.engine.close()
+            hosted.close()
+        self.service.workers.shutdown(wait=False, cancel_futures=True)
 
     def install_signal_handlers(self, grace: float) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:

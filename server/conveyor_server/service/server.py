@@ -40,7 +40,7 @@ def create_server(
     max_pipelines: int = 64, token: str | None = None, max_streams: int = 64,
     first_message_s: float = FIRST_MESSAGE_S,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
-    behaviour: Behaviour | None = None,
+    behaviour: Behaviour | None = None, worker_threads: int = 0,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     slots = StreamSlots(max_streams, first_message_s)
@@ -68,7 +68,8 @@ def create_server(
                               max_pipelines=max_pipelines,
                               slots=slots,
                               drain_wait=drain_wait,
-                              limits=limits, behaviour=behaviour)
+                              limits=limits, behaviour=behaviour,
+                              worker_threads=worker_threads)
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
