@@ -56,6 +56,25 @@ def test_the_trainer_goes_on_after_its_server_fails(start_server: Start, image_r
         assert pipe.checkpoint().batches == len(got)  # checkpoints follow too
 
 
+def test_the_trainer_goes_on_before_its_first_checkpoint(start_server: Start,
+                                                         image_root: Path) -> None:
+    """No checkpoint of the trainer's yet: the one written at creation serves, and the
+    new server jumps to the trainer's position in O(1)."""
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, MOST)
+    with trainer(a.address, b.address, keepalive_s=1, keepalive_timeout_s=1) as c:
+        pipe = c.create("fresh", spec)
+        got = [batch_bytes(pipe.run()) for _ in range(5)]
+        a.kill()
+        while pipe.via != b.address and len(got) < MOST - 3:
+            got.append(batch_bytes(pipe.run()))
+        got += [batch_bytes(pipe.run()) for _ in range(3)]
+        assert got == expected[:len(got)], "a batch was lost or repeated"
+        assert pipe.failovers == 1
+        assert [ck.batches for ck in c.checkpoints("fresh")] == [0]
+
+
 def test_the_trainer_follows_its_pipeline_to_another_server(start_server: Start,
                                                             image_root: Path) -> None:
     a, b = start_server(), start_server()

@@ -140,7 +140,9 @@ def test_restore_fences_the_previous_holder(start_server: Start, image_root: Pat
         with pytest.raises(errors.AlreadyExists, match=b.address):
             ca.create("fenced", spec)
         assert cb.pipeline("fenced").holder == b.address
-        assert [c.server for c in cb.checkpoints("fenced")] == [a.address]
+        # Its creation checkpoint and the trainer's, both A's: none from the fenced A after.
+        assert [(c.server, c.batches) for c in cb.checkpoints("fenced")] == \
+            [(a.address, 0), (a.address, 1)]
 
 
 def test_checkpoint_is_the_consumed_position_not_the_produced_one(
@@ -183,7 +185,7 @@ def test_cli_operates_without_moving_the_trainer(
         assert cli(["--server", server.address, "describe", "cli"]) == 0
         assert cli(["--server", server.address, "describe", "nope"]) == 1
         out, err = capsys.readouterr()
-        assert re.search(r"cli:1-[0-9a-f]{16}  after batch 2", out)
+        assert re.search(r"cli:2-[0-9a-f]{16}  after batch 2", out)
         assert "read 3 batches of cli" in out
         assert "acknowledged 2" in out and "NOT_FOUND" in err
         assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"

@@ -19,7 +19,13 @@ from pathlib import Path
 import grpc
 
 from conveyor import spec as specs
-from conveyor.errors import FailedPrecondition, InvalidArgument, NotFound, SpecMismatch
+from conveyor.errors import (
+    ConveyorError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    SpecMismatch,
+)
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
@@ -105,7 +111,22 @@ class ConveyorService:
         self.pipelines.host(hosted)
         log.info("created pipeline %s (generation %d)", name, gen,
                  extra={"pipeline": name, "generation": gen})
+        self._checkpoint_creation(hosted)
         return service_pb2.CreatePipelineResponse(pipeline=hosted.info(self.address))
+
+    def _checkpoint_creation(self, hosted: HostedPipeline) -> None:
+        """Record the new pipeline at batch 0, so that until its trainer checkpoints, any
+        server can still resume it at the trainer's position (restore is O(1) at any
+        position): a client's failover needs no checkpoint of the trainer's own. The
+        pipeline is created without it if Redis refuses it now."""
+        if not hosted.engine.spec.enable_checkpointing:
+            return
+        try:
+            self.checkpoints.write(hosted, 0)
+        except ConveyorError as exc:
+            log.warning("pipeline %s has no creation checkpoint: %s (it cannot fail over "
+                        "before its first checkpoint)", hosted.name, exc.message,
+                        extra={"pipeline": hosted.name, "error": exc.message})
 
     @rpc_kinds.unary
     def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
