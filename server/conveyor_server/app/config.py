@@ -82,6 +82,13 @@ class AllocatorConfig:
 
 
 @dataclass(frozen=True)
+class FaultsConfig:
+    #: Points where this server kills itself as kill -9 would, for fault testing only
+    #: (``service/kill_points.py`` lists them). Empty in production.
+    kill_at: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "text"] = "text"
@@ -117,6 +124,7 @@ class ServerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     pipelines: tuple[PipelineEntry, ...] = ()
 
 

@@ -25,6 +25,7 @@ from conveyor_server.app.metrics import Metrics, MetricsServer, serve_metrics
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.behaviour.measure import measure
 from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.service.lifecycle import Runtime
 from conveyor_server.service.server import create_server
 from conveyor_server.store.connect import connect
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
             max_streams=cfg.limits.max_streams, first_message_s=cfg.limits.first_message_s,
             token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour,
-            worker_threads=cfg.limits.worker_threads,
+            worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
             keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s))
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)

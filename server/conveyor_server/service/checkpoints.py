@@ -20,6 +20,7 @@ import grpc
 from conveyor.errors import Fenced, Unavailable
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.service.hosted import HostedPipeline
+from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.store.store import Store, StoredCheckpoint
 
@@ -31,11 +32,12 @@ DEADLINE_MARGIN_S = 0.05
 
 class CheckpointWriter:
     def __init__(self, store: Store, instance: str, address: str,
-                 observer: ServiceObserver) -> None:
+                 observer: ServiceObserver, kill_points: KillPoints = NO_KILL_POINTS) -> None:
         self._store = store
         self._instance = instance
         self._address = address
         self._observer = observer
+        self._kill_points = kill_points
         self._calls = ThreadPoolExecutor(4, thread_name_prefix="store-call")
 
     def write(self, hosted: HostedPipeline, batches: int) -> StoredCheckpoint:
@@ -43,6 +45,7 @@ class CheckpointWriter:
         hosted.check_live()
         started = time.perf_counter()
         blob = ckpt.seal(hosted.engine.checkpoint_body(batches))
+        self._kill_points.reached("checkpoint.before_store")
         try:
             stored = self._store.write_checkpoint(hosted.name, self._instance,
                                                   hosted.generation, blob, batches,
@@ -52,6 +55,7 @@ class CheckpointWriter:
                 log.warning("checkpoint of %s refused: fenced (%s)", hosted.name, exc.message,
                             extra={"pipeline": hosted.name, "error": exc.message})
             raise
+        self._kill_points.reached("checkpoint.after_store")
         self._observer.checkpoint_written(time.perf_counter() - started)
         hosted.latest_checkpoint = stored.id
         log.info("checkpoint %s of %s after batch %d (%d bytes)", stored.id, hosted.name,

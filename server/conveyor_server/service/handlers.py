@@ -34,6 +34,7 @@ from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
@@ -63,7 +64,7 @@ class ConveyorService:
                  max_pipelines: int = 64, slots: StreamSlots | None = None,
                  drain_wait: float = 5.0,
                  limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None,
-                 worker_threads: int = 0) -> None:
+                 worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS) -> None:
         self.store = store
         self.behaviour = behaviour or process_behaviour()
         self.listings = RedisListings(store)
@@ -74,7 +75,9 @@ class ConveyorService:
         self.keep_checkpoints = keep_checkpoints
         self.observer = observer
         self.pipelines = HostedPipelines(store, address, max_pipelines)
-        self.checkpoints = CheckpointWriter(store, self.instance, address, observer)
+        self.kill_points = kill_points
+        self.checkpoints = CheckpointWriter(store, self.instance, address, observer,
+                                            kill_points)
         self.streams = BatchStreams(self.pipelines, self.checkpoints, observer, address,
                                     drain_wait, slots or StreamSlots(64))
         # Every hosted pipeline computes on these workers: the server's compute threads
@@ -233,12 +236,14 @@ class ConveyorService:
             engine.seek(position)
         keep = request.keep_checkpoints or self.keep_checkpoints
         claimed = time.monotonic()
+        self.kill_points.reached("restore.before_claim")
         try:
             gen, previous = self.store.take_over(name, self.address, self.instance,
                                                  engine.fingerprint.hex(), keep)
         except BaseException:
             engine.close()
             raise
+        self.kill_points.reached("restore.after_claim")
         hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position,
                                 lease_until=claimed + self.store.lease)
         self.pipelines.host(hosted)

@@ -28,6 +28,7 @@ from conveyor_server.engine.behaviour.measure import Behaviour
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
+from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
 from conveyor_server.service.stream_slots import FIRST_MESSAGE_S, StreamSlots
@@ -41,6 +42,7 @@ def create_server(
     first_message_s: float = FIRST_MESSAGE_S,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
     behaviour: Behaviour | None = None, worker_threads: int = 0,
+    kill_points: KillPoints = NO_KILL_POINTS,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     slots = StreamSlots(max_streams, first_message_s)
@@ -69,7 +71,7 @@ def create_server(
                               slots=slots,
                               drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour,
-                              worker_threads=worker_threads)
+                              worker_threads=worker_threads, kill_points=kill_points)
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
