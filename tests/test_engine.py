@@ -237,6 +237,18 @@ def test_checkpoint_without_enable_checkpointing_raises(data: Path) -> None:
         pipe.checkpoint()
 
 
+def test_a_checkpoint_is_the_deterministic_serialization_of_its_body(data: Path) -> None:
+    """The blob is built from a cached constant part and the position's fields: the
+    same bytes as sealing the whole body, at every position."""
+    with Pipeline(rotate_pipeline(str(data), random_shuffle=True)) as pipe:
+        run_batches(pipe, 5)
+        for n in (0, 1, 3, 5):
+            body = pipe.checkpoint_body(n)
+            assert (body.batches, len(body.op_states)) == (n, len(pipe.states_at(n)))
+            assert pipe.checkpoint(batches=n) == ckpt.seal(body)
+            assert ckpt.open_blob(pipe.checkpoint(batches=n)) == body
+
+
 def test_restore_from_checkpoint_alone_uses_its_spec(data: Path) -> None:
     spec = rotate_pipeline(str(data), random_shuffle=True)
     with Pipeline(spec) as pipe:

@@ -22,7 +22,11 @@ FORMAT_VERSION = 1
 
 
 def seal(body: checkpoint_pb2.CheckpointBody) -> bytes:
-    payload = body.SerializeToString(deterministic=True)
+    return seal_payload(body.SerializeToString(deterministic=True))
+
+
+def seal_payload(payload: bytes) -> bytes:
+    """Seal a serialized ``CheckpointBody``."""
     sealed = checkpoint_pb2.SealedCheckpoint(
         format_version=FORMAT_VERSION, body=payload, sha256=hashlib.sha256(payload).digest())
     return sealed.SerializeToString(deterministic=True)

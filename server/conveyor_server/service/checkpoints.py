@@ -18,7 +18,6 @@ from typing import TypeVar
 import grpc
 
 from conveyor.errors import Fenced, Unavailable
-from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.service.hosted import HostedPipeline
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
@@ -44,7 +43,7 @@ class CheckpointWriter:
         """Store the checkpoint of ``hosted`` after ``batches`` consumed batches."""
         hosted.check_live()
         started = time.perf_counter()
-        blob = ckpt.seal(hosted.engine.checkpoint_body(batches))
+        blob = hosted.engine.checkpoint(batches=batches)
         self._kill_points.reached("checkpoint.before_store")
         try:
             stored = self._store.write_checkpoint(hosted.name, self._instance,
