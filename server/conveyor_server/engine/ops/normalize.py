@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conveyor.errors import SpecError
+from conveyor.normalization import folded_coefficients, next_pow2
 from conveyor_server.engine.ops.args import (
     ArgGetter,
     CropWindow,
@@ -74,10 +75,6 @@ def _int_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 # -- crop_mirror_normalize ---------------------------------------------------------------
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def _check_mean_std(op: str, mean: Sequence[float], std: Sequence[float]) -> None:
@@ -172,13 +169,13 @@ class CmnParams:
     def coefficients(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(mul, add) per channel, float32: out = (in - mean) / std * scale + shift folded
         into one multiply-add."""
-        mul = self.scale / per_channel(self.op, "std", self.std, channels)
-        add = self.shift - per_channel(self.op, "mean", self.mean, channels) * mul
-        return mul.astype(np.float32), add.astype(np.float32)
+        return folded_coefficients(per_channel(self.op, "mean", self.mean, channels),
+                                   per_channel(self.op, "std", self.std, channels),
+                                   self.scale, self.shift)
 
     def channels_out(self, channels: int) -> int:
         # DALI pads to the next power of two channels (3 -> 4) with 0.
-        return _next_pow2(channels) if self.pad_output else channels
+        return next_pow2(channels) if self.pad_output else channels
 
 
 def cmn_params(ctx: OpContext) -> CmnParams:
