@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(argv)
         configure_logging(cfg.log.level, cfg.log.format)
+        for i, root in enumerate(cfg.data_roots):  # errors to clients name <root i>
+            log.info("data root %d: %s (errors name its files <root %d>/...)",
+                     i, os.path.realpath(root), i)
         if cfg.allocator.tune:
             tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
                                           cfg.allocator.trim_threshold_bytes))
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                       replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
-                              max_image_pixels=cfg.limits.max_image_pixels)
+                              max_image_pixels=cfg.limits.max_image_pixels,
+                              max_file_bytes=cfg.limits.max_file_bytes)
         behaviour = measure()
         log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
                  len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)
