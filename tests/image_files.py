@@ -47,11 +47,13 @@ def exif() -> Image.Exif:
     return tags
 
 
-def tiff_big_endian() -> bytes:
-    """An uncompressed RGB strip in Motorola byte order ("MM")."""
+def tiff_big_endian(extra_tags: int = 0) -> bytes:
+    """An uncompressed RGB strip in Motorola byte order ("MM"), with ``extra_tags`` private
+    tags after the standard ones."""
     data = pixels().tobytes()
     entries = [(256, 3, 1, W), (257, 3, 1, H), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 2),
                (273, 4, 1, 0), (277, 3, 1, 3), (278, 3, 1, H), (279, 4, 1, len(data))]
+    entries += [(50000 + i, 3, 1, i) for i in range(extra_tags)]
     ifd_size = 2 + 12 * len(entries) + 4
     strip = 8 + ifd_size
     out = bytearray(b"MM\x00*" + struct.pack(">I", 8) + struct.pack(">H", len(entries)))
@@ -119,6 +121,7 @@ REAL: dict[str, Callable[[], bytes]] = {
     "webp-alpha-vp8x": lambda: pil("WEBP", "RGBA", quality=80),
     "tiff-little": lambda: opencv(".tiff"),
     "tiff-big-endian": tiff_big_endian,
+    "tiff-many-tags": lambda: tiff_big_endian(extra_tags=100),  # searched with numpy
     "tiff-16bit": lambda: opencv(".tiff", pixels().astype(np.uint16) * 257),
     "tiff-bigtiff": lambda: pil("TIFF", big_tiff=True),
     "bmp-24": lambda: opencv(".bmp"),

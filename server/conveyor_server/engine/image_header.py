@@ -33,7 +33,7 @@ _PNM_MAGIC = {b"P1": 1, b"P2": 1, b"P3": 3, b"P4": 1, b"P5": 1, b"P6": 3, b"Pf":
 def read_size(data: np.ndarray | bytes) -> ImageSize | None:
     """The size ``data`` (a whole file) declares, or None for a format not read here."""
     view = HeaderBytes(data)
-    head = view.bytes(0, min(16, view.size))
+    head = view.span(0, min(16, view.size))
     if head.startswith(b"\xff\xd8\xff"):
         return _jpeg(view)
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -60,10 +60,11 @@ def _jpeg(v: HeaderBytes) -> ImageSize:
     v.fmt = "JPEG"
     pos = 2
     while True:
-        pos = v.find((0xFF,), pos)
-        if pos < 0:
-            raise v.cut("frame header (SOF marker)")
-        while pos < v.size and v.array[pos] == 0xFF:
+        if pos >= v.size or v.view[pos] != 0xFF:
+            pos = v.find(b"\xff", pos)
+            if pos < 0:
+                raise v.cut("frame header (SOF marker)")
+        while pos < v.size and v.view[pos] == 0xFF:
             pos += 1
         marker = v.u8(pos, "frame header (SOF marker)")
         pos += 1
@@ -91,7 +92,7 @@ _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 def _png(v: HeaderBytes) -> ImageSize:
     v.fmt = "PNG"
     v.need(33, "IHDR chunk")
-    length, kind = v.uint(8, 4, "big", "IHDR"), v.bytes(12, 16)
+    length, kind = v.uint(8, 4, "big", "IHDR"), v.span(12, 16)
     if kind != b"IHDR" or length != 13:
         raise invalid("PNG", f"the first chunk is {kind!r} of {length} bytes, not IHDR of 13")
     width, height = v.uint(16, 4, "big", "width"), v.uint(20, 4, "big", "height")
@@ -107,16 +108,16 @@ def _png(v: HeaderBytes) -> ImageSize:
 def _webp(v: HeaderBytes) -> ImageSize:
     v.fmt = "WebP"
     v.need(16, "first chunk")
-    chunk = v.bytes(12, 16)
+    chunk = v.span(12, 16)
     if chunk == b"VP8 ":  # lossy: a key frame's tag, start code, then 14-bit sizes
         v.need(30, "VP8 frame header")
-        if v.array[20] & 1 or v.bytes(23, 26) != b"\x9d\x01\x2a":
+        if v.view[20] & 1 or v.span(23, 26) != b"\x9d\x01\x2a":
             raise invalid("WebP", "the VP8 chunk does not start with a key frame")
         return ImageSize("WebP", v.uint(26, 2, "little", "width") & 0x3FFF,
                          v.uint(28, 2, "little", "height") & 0x3FFF, channels=3)
     if chunk == b"VP8L":  # lossless: signature 0x2F, then 14-bit sizes minus one
         v.need(25, "VP8L header")
-        if v.array[20] != 0x2F:
+        if v.view[20] != 0x2F:
             raise invalid("WebP", "the VP8L chunk lacks its signature byte 0x2F")
         bits = v.uint(21, 4, "little", "VP8L sizes")
         if bits >> 29:
@@ -127,7 +128,7 @@ def _webp(v: HeaderBytes) -> ImageSize:
         v.need(30, "VP8X canvas size")
         return ImageSize("WebP", v.uint(24, 3, "little", "width") + 1,
                          v.uint(27, 3, "little", "height") + 1,
-                         channels=4 if v.array[20] & 0x10 else 3, part="canvas")
+                         channels=4 if v.view[20] & 0x10 else 3, part="canvas")
     raise invalid("WebP", f"the first chunk is {chunk!r}, not VP8, VP8L or VP8X")
 
 
@@ -145,8 +146,8 @@ def _bmp(v: HeaderBytes) -> ImageSize:
         bits = v.uint(24, 2, "little", "bits per pixel")
     elif header >= 36:
         v.need(30, "DIB header")
-        width = int.from_bytes(v.bytes(18, 22), "little", signed=True)
-        height = int.from_bytes(v.bytes(22, 26), "little", signed=True)
+        width = int.from_bytes(v.span(18, 22), "little", signed=True)
+        height = int.from_bytes(v.span(22, 26), "little", signed=True)
         bits = v.uint(28, 2, "little", "bits per pixel")
     else:
         raise invalid("BMP", f"its DIB header size is {header} (expected 12, or 36 and more)")
@@ -162,7 +163,7 @@ def _pnm(v: HeaderBytes) -> ImageSize:
     """P1-P6 and PFM: whitespace-separated numbers after the magic, with ``#`` comments
     to the end of a line between them; P7 (PAM): ``KEY value`` lines up to ENDHDR."""
     v.fmt = "PNM"
-    magic = v.bytes(0, 2)
+    magic = v.span(0, 2)
     if magic == b"P7":
         return _pam(v)
     tokens = _Tokens(v, 2)
@@ -207,7 +208,7 @@ class _Tokens:
         while True:
             c = v.u8(self.pos, what)
             if c == ord("#"):  # a comment, to the end of its line
-                end = v.find((0x0A, 0x0D), self.pos)
+                end = v.find(b"\n\r", self.pos)
                 if end < 0:
                     raise v.cut(what)
                 self.pos = end + 1
@@ -216,12 +217,12 @@ class _Tokens:
             else:
                 break
         start = self.pos
-        while self.pos < v.size and int(v.array[self.pos]) not in self._SPACE \
+        while self.pos < v.size and v.view[self.pos] not in self._SPACE \
                 and self.pos - start <= 20:
             self.pos += 1
         if self.pos == v.size:  # a header ends with a space: this word may go on
             raise v.cut(what)
-        return v.bytes(start, self.pos)
+        return v.span(start, self.pos)
 
     def number(self, what: str) -> int:
         word = self.word(what)

@@ -22,6 +22,9 @@ _MAX_GIF_BLOCKS = 1 << 16
 _TIFF_TYPE_SIZE = {1: 1, 3: 2, 4: 4, 6: 1, 8: 2, 9: 4, 16: 8, 17: 8}
 _TIFF_SIGNED = frozenset({6, 8, 9, 17})
 _WIDTH, _LENGTH, _BITS, _SAMPLES = 256, 257, 258, 277
+_TAGS = (_WIDTH, _LENGTH, _BITS, _SAMPLES)
+#: Directories with more entries are searched with numpy (up to 65535 each).
+_FEW_ENTRIES = 64
 
 
 def tiff(v: HeaderBytes) -> ImageSize:
@@ -29,8 +32,8 @@ def tiff(v: HeaderBytes) -> ImageSize:
     checked too), the largest wins. The first directory must be whole; the walk ends
     quietly at a later one that is not, at a loop, or after ``MAX_PARTS``."""
     v.fmt = "TIFF"
-    order: Order = "little" if v.bytes(0, 2) == b"II" else "big"
-    big = v.bytes(2, 4) in (b"+\x00", b"\x00+")
+    order: Order = "little" if v.span(0, 2) == b"II" else "big"
+    big = v.span(2, 4) in (b"+\x00", b"\x00+")
     offset = v.uint(8, 8, order, "first directory offset") if big \
         else v.uint(4, 4, order, "first directory offset")
     seen: set[int] = set()
@@ -59,38 +62,43 @@ def _tiff_directory(v: HeaderBytes, offset: int, order: Order, big: bool,
     count_size, entry_size, word = (8, 20, 8) if big else (2, 12, 4)
     count = v.uint(offset, count_size, order, f"directory {page}")
     table = offset + count_size
-    v.need(table + count * entry_size, f"directory {page}'s {count} entries")
-    e = "<" if order == "little" else ">"
-    dtype = np.dtype([("tag", e + "u2"), ("type", e + "u2"), ("count", e + ("u8" if big else "u4")),
-                      ("value", f"V{word}")])
-    entries = np.frombuffer(v.array[table:table + count * entry_size].tobytes(), dtype=dtype)
+    end = table + count * entry_size
+    v.need(end, f"directory {page}'s {count} entries")
+    if count <= _FEW_ENTRIES:
+        indices: list[int] = list(range(count))
+    else:  # every entry's tag, in one pass
+        tags = np.frombuffer(v.view[table:end], "<u2" if order == "little" else ">u2")
+        indices = np.flatnonzero(np.isin(tags[::entry_size // 2], _TAGS)).tolist()
     found: dict[int, int] = {}
-    for tag in (_WIDTH, _LENGTH, _BITS, _SAMPLES):
-        hits = np.flatnonzero(entries["tag"] == tag)
-        if hits.size:
-            entry = entries[hits[0]]
-            found[tag] = _tiff_value(v, entry, order, word, page)
+    for index in indices:
+        at = table + index * entry_size
+        tag = v.uint(at, 2, order, "tag")
+        if tag in _TAGS and tag not in found:  # the first entry of a tag counts, as for libtiff
+            kind = v.uint(at + 2, 2, order, "type")
+            values = v.uint(at + 4, word, order, "count")
+            found[tag] = _tiff_value(v, tag, kind, values, v.span(at + 4 + word, at + entry_size),
+                                     order, page)
     if _WIDTH not in found or _LENGTH not in found:
         raise invalid("TIFF", f"directory {page} has no ImageWidth or no ImageLength")
     size = ImageSize("TIFF", found[_WIDTH], found[_LENGTH], channels=found.get(_SAMPLES, 1),
                      bits=found.get(_BITS, 1), part=f"page {page}" if page else "")
-    next_at = table + count * entry_size  # libtiff takes a missing next offset as none
-    return size, (v.uint(next_at, word, order, "") if next_at + word <= v.size else 0)
+    # libtiff takes a missing next offset as none
+    return size, (v.uint(end, word, order, "") if end + word <= v.size else 0)
 
 
-def _tiff_value(v: HeaderBytes, entry: np.void, order: Order, word: int, page: int) -> int:
-    """The first value of an entry: held in the entry when it fits, else at its offset."""
-    tag, kind, count = int(entry["tag"]), int(entry["type"]), int(entry["count"])
+def _tiff_value(v: HeaderBytes, tag: int, kind: int, count: int, raw: bytes, order: Order,
+                page: int) -> int:
+    """The first value of an entry: held in the entry (``raw``) when it fits, else at the
+    offset ``raw`` holds."""
     width = _TIFF_TYPE_SIZE.get(kind)
     if width is None or count < 1:
         raise invalid("TIFF", f"directory {page}: tag {tag} has type {kind} and count {count}")
-    raw = bytes(entry["value"])
-    if width * count <= word:
+    if width * count <= len(raw):
         data = raw[:width]
     else:
         at = int.from_bytes(raw, order)
         v.need(at + width, f"directory {page}: tag {tag}'s value")
-        data = v.bytes(at, at + width)
+        data = v.span(at, at + width)
     value = int.from_bytes(data, order, signed=kind in _TIFF_SIGNED)
     if value < 0:
         raise invalid("TIFF", f"directory {page}: tag {tag} is negative ({value})")
