@@ -200,6 +200,12 @@ def test_names_a_listing_cannot_hold_are_refused(tmp_path: Path, name: str) -> N
             resolve({"file_root": str(root)}, [tmp_path])
 
 
+def test_a_root_or_list_with_a_nul_byte_is_a_spec_error(tmp_path: Path) -> None:
+    for argument in ("file_root", "file_list"):
+        with pytest.raises(errors.SpecError, match=f"argument '{argument}': .* a NUL byte"):
+            resolve({argument: str(tmp_path / "a\0b")}, [tmp_path])
+
+
 def test_a_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     root = make_image_folder(tmp_path / "root", counts=(1,))
     os.close(os.open(os.fsencode(root / "class_0") + b"/bad\xff.jpg", os.O_CREAT | os.O_WRONLY))

@@ -215,6 +215,9 @@ def resolve(args: Mapping[str, Any], roots: Roots = None) -> list[FileEntry]:
         raise SpecError(OP, "files", "file_list and files cannot be used together")
     if labels and not files:
         raise SpecError(OP, "labels", "labels needs files")
+    for argument, value in (("file_root", file_root), ("file_list", file_list)):
+        if why := unfit_name(value):
+            raise SpecError(OP, argument, f"{value!r} {why}")
     root = check_inside_roots(file_root, resolved, "file_root") if file_root else None
 
     pairs: Sequence[tuple[str | Path, int]]
