@@ -53,7 +53,7 @@ CONFIG_KEYS: dict[str, Any] = {
     "checkpoints": {"keep": None},
     "limits": {"max_pipelines": None, "max_streams": None, "first_message_s": None,
                "worker_threads": None,
-               "max_batch_bytes": None, "max_image_pixels": None},
+               "max_batch_bytes": None, "max_image_pixels": None, "max_file_bytes": None},
     "drain": {"grace_s": None},
     "keepalive": {"time_s": None, "timeout_s": None},
     "auth": {"token_file": None},

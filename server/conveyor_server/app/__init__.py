@@ -2,7 +2,8 @@
 
 Holds the command line (``main.py``), the configuration from file, environment and flags
 (``config.py``, ``config_values.py``), the pipelines named in the configuration
-(``startup.py``), logs (``logs.py``), Prometheus metrics (``metrics.py``, the service's
+(``startup.py``), the decoders' own pixel caps, set before OpenCV loads
+(``decoder_caps.py``), logs (``logs.py``), Prometheus metrics (``metrics.py``, the service's
 observer) and the container health probe (``probe.py``).
 
 Imports: every other room; it assembles them. Nothing imports the app room but the demo.

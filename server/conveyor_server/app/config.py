@@ -47,6 +47,8 @@ class LimitsConfig:
     worker_threads: int = field(default=0, metadata={"min": 0, "max": 1024})
     max_batch_bytes: int = field(default=1 << 30, metadata={"min": 1})
     max_image_pixels: int = field(default=100_000_000, metadata={"min": 1})
+    #: Bytes of one data file; a larger one is refused before it is read.
+    max_file_bytes: int = field(default=256 << 20, metadata={"min": 1})
 
 
 @dataclass(frozen=True)

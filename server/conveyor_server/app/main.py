@@ -1,7 +1,9 @@
 """``conveyor-server``: the command line of the server.
 
 Settings come from ``--config FILE`` (YAML, see ``config.py``), ``CONVEYOR_*`` environment
-variables and the flags below, later ones winning.
+variables and the flags below, later ones winning. The engine and the service (and with
+them OpenCV) are imported once the configuration is read, after OpenCV's pixel cap is set
+from it (``decoder_caps.py``).
 """
 
 from __future__ import annotations
@@ -13,24 +15,24 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.channel import host_port
 from conveyor.client import Client
 from conveyor.errors import ConveyorError, InvalidArgument
 from conveyor_server.app import config as configuration
+from conveyor_server.app.decoder_caps import cap_decoders
 from conveyor_server.app.logs import FORMATS, configure_logging
-from conveyor_server.app.metrics import Metrics, MetricsServer, serve_metrics
 from conveyor_server.app.startup import load_spec, start_pipelines
-from conveyor_server.engine.behaviour.measure import measure
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.service.kill_points import KillPoints
-from conveyor_server.service.lifecycle import Runtime
-from conveyor_server.service.server import create_server
 from conveyor_server.store.connect import connect
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
+
+if TYPE_CHECKING:
+    from conveyor_server.app.metrics import MetricsServer
 
 log = logging.getLogger("conveyor.server")
 
@@ -140,6 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(argv)
         configure_logging(cfg.log.level, cfg.log.format)
+        cap_decoders(cfg.limits.max_image_pixels)  # before OpenCV loads, with these:
+        from conveyor_server.app.metrics import Metrics, serve_metrics
+        from conveyor_server.engine.behaviour.measure import measure
+        from conveyor_server.service.lifecycle import Runtime
+        from conveyor_server.service.server import create_server
+
+        for i, root in enumerate(cfg.data_roots):  # errors to clients name <root i>
+            log.info("data root %d: %s (errors name its files <root %d>/...)",
+                     i, os.path.realpath(root), i)
         if cfg.allocator.tune:
             tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
                                           cfg.allocator.trim_threshold_bytes))
@@ -159,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                       replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
-                              max_image_pixels=cfg.limits.max_image_pixels)
+                              max_image_pixels=cfg.limits.max_image_pixels,
+                              max_file_bytes=cfg.limits.max_file_bytes)
         behaviour = measure()
         log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
                  len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)

@@ -4,7 +4,9 @@ Holds the in-process ``Pipeline`` (``pipeline.py``), the plan of a spec (``plan.
 stages, per-sample segments and per-batch steps), running a batch (``segments.py``,
 ``batch_work.py``), the source stages (``stages/``: readers, random ops), the operators
 (``ops/``, registered per sample or per batch), checkpoint blobs (``checkpoint.py``), file
-lists and data roots (``file_list.py``), the data set's identity and file listings
+lists (``file_list.py``), data roots and reading files beneath them (``data_roots.py``,
+``data_files.py``), the size an image's header declares (``image_header.py``,
+``image_pages.py``, ``header_bytes.py``), the data set's identity and file listings
 (``data_identity.py``, ``listings.py``), keyed random numbers (``keyed_random.py``),
 limits (``limits.py``), the behaviour probe (``behaviour/``), the engine's identity built
 from it (``engine_id.py``) and devices (``devices.py``).

@@ -15,43 +15,35 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from conveyor.errors import DataFileError
+from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.file_list import FileEntry
 
 VERIFY_METADATA = "metadata"
 VERIFY_CONTENT = "content"
-_CHUNK = 1 << 20
+_ANY_PATH = DataFiles(None)
 
 
-def content_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                h.update(chunk)
-    except OSError as exc:
-        raise DataFileError(f"readers.file: cannot read {path!r}: {exc.strerror}") from None
-    return h.hexdigest()
-
-
-def _lines(entries: Sequence[FileEntry], verify: str) -> Iterator[str]:
+def _lines(entries: Sequence[FileEntry], verify: str, files: DataFiles) -> Iterator[str]:
     for e in entries:
-        stamp = content_sha256(e.path) if verify == VERIFY_CONTENT else str(e.mtime_ns)
+        stamp = files.sha256(e) if verify == VERIFY_CONTENT else str(e.mtime_ns)
         yield f"{e.path}\0{e.size}\0{stamp}\0{e.label}\n"
 
 
 class DataIdentity:
     """A reader's files under one ``verify`` mode: their digest, and their listing on
-    demand (contents are hashed once, when the identity is made)."""
+    demand (contents are hashed once, when the identity is made). ``files``: how they are
+    opened (beneath their data roots) and named in messages."""
 
-    def __init__(self, entries: Sequence[FileEntry], verify: str) -> None:
+    def __init__(self, entries: Sequence[FileEntry], verify: str,
+                 files: DataFiles = _ANY_PATH) -> None:
         self.verify = verify
         self._entries = entries
+        self._files = files
         self._content: list[str] | None = None
         if verify == VERIFY_CONTENT:
-            self._content = list(_lines(entries, verify))
+            self._content = list(_lines(entries, verify, files))
         h = hashlib.sha256(f"verify={verify}\n".encode())
         for line in self._iter_lines():
             h.update(line.encode())
@@ -59,14 +51,16 @@ class DataIdentity:
 
     def _iter_lines(self) -> Iterator[str]:
         return iter(self._content) if self._content is not None else \
-            _lines(self._entries, self.verify)
+            _lines(self._entries, self.verify, self._files)
 
     def listing(self) -> bytes:
         """The identity lines, compressed: what ``first_change`` compares against."""
         return zlib.compress("".join(self._iter_lines()).encode(), 6)
 
     def first_change(self, listing: bytes) -> str:
-        """The first difference between an earlier ``listing`` and these files, in words."""
+        """The first difference between an earlier ``listing`` and these files, in words
+        (files named as messages name them: relative to their roots)."""
+        name = self._files.name_path
         try:
             then = zlib.decompress(listing).decode().splitlines()
         except (zlib.error, UnicodeDecodeError):
@@ -74,12 +68,12 @@ class DataIdentity:
         for i, line in enumerate(self._iter_lines()):
             now = line.rstrip("\n")
             if i >= len(then):
-                return f"file {i} {_path(now)!r} was added"
+                return f"file {i} {name(_path(now))!r} was added"
             if then[i] != now:
-                return _describe(i, then[i], now)
+                return _describe(i, then[i], now, name)
         count = len(self._entries)
         if len(then) > count:
-            return f"file {count} {_path(then[count])!r} was removed"
+            return f"file {count} {name(_path(then[count]))!r} was removed"
         return "no file differs from the earlier listing"
 
 
@@ -87,14 +81,15 @@ def _path(line: str) -> str:
     return line.split("\0", 1)[0]
 
 
-def _describe(index: int, then: str, now: str) -> str:
+def _describe(index: int, then: str, now: str, name: Callable[[str], str]) -> str:
     a, b = then.split("\0"), now.split("\0")
     if len(a) != 4 or len(b) != 4:
-        return f"file {index} {_path(now)!r} differs"
+        return f"file {index} {name(_path(now))!r} differs"
     if a[0] != b[0]:
-        return f"file {index} is now {b[0]!r}, was {a[0]!r} (a file was added or removed)"
+        return (f"file {index} is now {name(b[0])!r}, was {name(a[0])!r} (a file was added or "
+                "removed)")
     what = [f"{name} {x} -> {y}" for name, x, y in
             (("size", a[1], b[1]), ("label", a[3], b[3])) if x != y]
     if a[2] != b[2]:
         what.append("contents" if len(a[2]) == 64 else "modification time")
-    return f"file {index} {b[0]!r} changed ({', '.join(what)})"
+    return f"file {index} {name(b[0])!r} changed ({', '.join(what)})"

@@ -18,14 +18,31 @@ from conveyor.tensor_list import TensorList
 class EngineLimits:
     #: Bytes of one batch, all outputs together (None: no limit).
     max_batch_bytes: int | None = None
-    #: Pixels (height x width) of one decoded image (None: no limit).
+    #: Pixels (height x width) of one decoded image (None: no limit); an image of 16-bit
+    #: samples counts twice, one of 32-bit samples four times (what its decoder holds).
     max_image_pixels: int | None = None
+    #: Bytes of one data file (None: no limit).
+    max_file_bytes: int | None = None
 
-    def check_image(self, height: int, width: int, what: str) -> None:
-        if self.max_image_pixels is not None and height * width > self.max_image_pixels:
+    def check_image(self, height: int, width: int, what: str, bytes_per_sample: int = 1,
+                    note: str = "") -> None:
+        if self.max_image_pixels is None:
+            return
+        pixels = height * width
+        counted = pixels * max(1, bytes_per_sample)
+        if counted > self.max_image_pixels:
+            weight = "" if counted == pixels else \
+                f" of {8 * bytes_per_sample}-bit samples, counted {bytes_per_sample}x ({counted:,})"
             raise ResourceExhausted(
-                f"{what} is {width}x{height} = {height * width:,} pixels, above the "
-                f"server's limit limits.max_image_pixels = {self.max_image_pixels:,}")
+                f"{what} is {width}x{height} = {pixels:,} pixels{weight}, above the "
+                f"server's limit limits.max_image_pixels = {self.max_image_pixels:,}{note}")
+
+    def check_file(self, size: int, name: str) -> None:
+        """ResourceExhausted naming the file ``name`` if ``size`` is above the limit."""
+        if self.max_file_bytes is not None and size > self.max_file_bytes:
+            raise ResourceExhausted(
+                f"readers.file: {name!r} is {size:,} bytes, above the server's limit "
+                f"limits.max_file_bytes = {self.max_file_bytes:,}; it was not read")
 
     def check_batch(self, outputs: Sequence[TensorList], index: int) -> None:
         if self.max_batch_bytes is None:

@@ -20,7 +20,9 @@ from conveyor.errors import SpecError
 from conveyor.spec import validate_spec
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
+from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_identity import DataIdentity
+from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
@@ -38,6 +40,8 @@ class ReaderBinding:
     name: str
     digest: checkpoint_pb2.FileListDigest
     identity: DataIdentity
+    #: How its files are opened (beneath their data roots, bounded) and named.
+    files: DataFiles
     on_error: str = "fail"
 
 
@@ -151,10 +155,12 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
     validate_spec(spec)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
+    roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once
+    files = DataFiles(roots, limits)
     for index, op in enumerate(spec.ops):
         args = schema.decode_args(op)
         if op.type == "readers.file":
-            entries = file_list.resolve(args, data_roots)
+            entries = file_list.resolve(args, roots)
             reader = FileReaderStage(
                 index, len(entries), batch_size=batch, seed=_seed(args, spec.seed),
                 num_shards=args["num_shards"], shard_id=args["shard_id"],
@@ -163,12 +169,12 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 shuffle_after_epoch=args["shuffle_after_epoch"],
                 shuffle_after_epoch_seed=args["shuffle_after_epoch_seed"],
             )
-            identity = DataIdentity(entries, args["verify"])
+            identity = DataIdentity(entries, args["verify"], files)
             digest = checkpoint_pb2.FileListDigest(
                 op=index, reader_name=op.name, num_files=len(entries),
                 sha256=identity.digest)
             plan.readers[index] = ReaderBinding(reader, entries, op.name, digest, identity,
-                                                args["on_error"])
+                                                files, args["on_error"])
             plan.stages.append(reader)
             plan.layouts[(index, 0)] = plan.layouts[(index, 1)] = ""
         elif op.type in DRAWS:

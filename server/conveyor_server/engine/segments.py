@@ -170,11 +170,11 @@ class SegmentRunner:
         values = state.values
         for op, binding in self._plan.readers.items():
             entry = binding.entries[values[(op, 0)]]
-            state.where = state.where or entry.path
+            state.where = state.where or binding.files.name(entry)
             try:
-                values[(op, 0)] = _read_file(entry.path, entry.size)
-            except DataFileError as exc:
-                if binding.on_error == "fail":
+                values[(op, 0)] = binding.files.read(entry)
+            except ConveyorError as exc:
+                if not _tolerated(binding.on_error, exc):
                     raise
                 state.fail(binding.on_error, f"readers.file (op {op})", exc)
                 return
@@ -182,17 +182,3 @@ class SegmentRunner:
                 self.files_read += 1
             values[(op, 1)] = np.array([entry.label], dtype=np.int32)
 
-
-def _read_file(path: str, listed_size: int) -> np.ndarray:
-    """A data file's bytes; DataFileError if it cannot be read or its size changed since
-    the pipeline listed it."""
-    try:
-        data = np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        raise DataFileError(f"readers.file: cannot read {path!r}: "
-                            f"{exc.strerror or exc}") from None
-    if data.size != listed_size:
-        raise DataFileError(f"readers.file: {path!r} has {data.size} bytes, but {listed_size} "
-                            "when the pipeline listed it: the data set changed under the "
-                            "pipeline")
-    return data

@@ -5,20 +5,23 @@ progressive, grayscale, CMYK), PNG, BMP, TIFF, WebP and whatever else the instal
 reads. As DALI: EXIF orientation is applied, an alpha channel is dropped, 16-bit samples
 are scaled to 8 bits, and GRAY output keeps a channel axis of 1.
 
-Errors about the data raise ``DataFileError``; the engine adds the file's path.
+Errors about the data raise ``DataFileError``; the engine adds the file's path. An image
+whose header declares more than ``limits.max_image_pixels`` is refused before any decoder
+allocates it (``image_header.py``); OpenCV's own cap, which a server sets to the same limit
+at start, refuses what the header parser does not read.
 """
 
 from __future__ import annotations
 
-import struct
+import os
 import threading
 from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
-import simplejpeg
 
-from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
+from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, ResourceExhausted
+from conveyor_server.engine import image_header
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import jpeg_fast, jpeg_markers
@@ -98,25 +101,32 @@ def _to_uint8_hwc(image: np.ndarray) -> np.ndarray:
     return image
 
 
-def header_size(data: np.ndarray, fmt: str) -> tuple[int, int] | None:
-    """(height, width) read from a JPEG's or PNG's header without decoding, else None."""
-    try:
-        if fmt == "JPEG":
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-            return int(height), int(width)
-        if fmt == "PNG" and data.size >= 24:
-            width, height = struct.unpack(">II", data[16:24].tobytes())
-            return height, width
-    except ValueError:
-        return None  # the decoder will say what is wrong with it
-    return None
+def check_declared_size(data: np.ndarray, limits: EngineLimits) -> None:
+    """Refuse an image whose header declares more than ``limits.max_image_pixels`` (samples
+    wider than 8 bits counted per byte), before any decoder allocates it; ``DataFileError``
+    for a header cut short or invalid."""
+    if limits.max_image_pixels is None:
+        return
+    size = image_header.read_size(data)
+    if size is not None:
+        what = f"the {size.format} image" + (f" ({size.part})" if size.part else "")
+        limits.check_image(size.height, size.width, what, size.bytes_per_sample,
+                           "; its header says so: it was not decoded")
+
+
+def _opencv_cap(fmt: str) -> ResourceExhausted:
+    cap = os.environ.get("OPENCV_IO_MAX_IMAGE_PIXELS", "its default")
+    what = "the image" if fmt == "unknown" else f"the {fmt} image"
+    return ResourceExhausted(f"{what} is above OpenCV's pixel cap "
+                             f"(OPENCV_IO_MAX_IMAGE_PIXELS = {cap}, which a server sets from "
+                             "limits.max_image_pixels): it was not decoded")
 
 
 def decode_image(data: np.ndarray, output_type: str,
                  limits: EngineLimits = NO_LIMITS) -> np.ndarray:
     """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
-    An image above ``limits.max_image_pixels`` is refused before it is decoded where its
-    header tells its size (JPEG, PNG), after decoding otherwise."""
+    An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
+    in a format the header parser does not read, by OpenCV's cap or after decoding."""
     if data.dtype != np.uint8 or data.ndim != 1:
         raise InvalidArgument(f"{OP}: expects a file's bytes as a 1-D uint8 array, got "
                               f"{data.dtype} of shape {data.shape}")
@@ -125,10 +135,7 @@ def decode_image(data: np.ndarray, output_type: str,
     fmt = sniff_format(data)
     if fmt == "JPEG":
         check_jpeg_complete(data)
-    if limits.max_image_pixels is not None:
-        size = header_size(data, fmt)
-        if size is not None:
-            limits.check_image(*size, f"the {fmt} image")
+    check_declared_size(data, limits)
     if fmt == "JPEG":
         fast = jpeg_fast.decode(data, output_type)
         if fast is not None:
@@ -144,6 +151,8 @@ def decode_image(data: np.ndarray, output_type: str,
             image = cv2.imdecode(data, flags & ~cv2.IMREAD_ANYDEPTH)
     except cv2.error as exc:
         reason = str(exc).strip().splitlines()[-1]
+        if "CV_IO_MAX_IMAGE" in reason:
+            raise _opencv_cap(fmt) from None
         raise DataFileError(f"cannot decode the image ({fmt}, {data.size} bytes): "
                             f"{reason}") from None
     if image is None:
@@ -193,9 +202,7 @@ def _gpu_decoder(device: str, output_type: str, limits: EngineLimits) -> SampleF
         decoder = getattr(local, "decoder", None)
         if decoder is None:
             decoder = local.decoder = nvimgcodec.Decoder()
-        size = header_size(inputs[0], sniff_format(inputs[0]))
-        if size is not None:
-            limits.check_image(*size, "the image")
+        check_declared_size(inputs[0], limits)
         image = decoder.decode(inputs[0].tobytes(), params=params)
         if image is None:
             raise DataFileError(f"cannot decode the image ({inputs[0].size} bytes): "

@@ -1,0 +1,115 @@
+"""The data roots a server's pipelines may read: resolved once, the rule for what lies
+beneath them, opening a file beneath its root, and naming paths without revealing them.
+
+**Beneath.** A real path (symlinks and ``..`` resolved) is inside a root if it is the root
+or lies below it. A pipeline's files are resolved when it is built; each keeps its root's
+index and its path relative to the root's real directory (a symlink inside the root that
+points inside is resolved then: the file read is its target).
+
+**Opening.** A read opens the root's real directory and walks down one component at a time,
+each opened relative to the folder before with ``O_NOFOLLOW`` (and ``O_DIRECTORY`` for
+folders). So a symlink swapped in after the pipeline was built, for the file or for any
+folder above it, is refused (the kernel answers ``ELOOP`` or ``ENOTDIR``) instead of being
+followed out of the root; no check precedes the open, so there is no window between a check
+and the open. Only regular files are read (a FIFO would block, a device never end). The
+roots themselves are the operator's: the path of each is resolved once, when the pipeline is
+built.
+
+**Naming.** Errors go to clients, who need not learn where the roots lie: a file is named
+``<root N>/relative/path`` (N: the root's index in ``data_roots``; the server logs the
+roots at start), and a path outside every root as the caller spelled it, normalized.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from conveyor.errors import DataFileError, PermissionDenied
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused after the fstat).
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def root_label(index: int) -> str:
+    return f"<root {index}>"
+
+
+class DataRoots:
+    def __init__(self, roots: Sequence[str | Path]) -> None:
+        #: Each root as configured, made absolute (how paths given to pipelines spell it).
+        self.given = [os.path.normpath(os.path.abspath(r)) for r in roots]
+        #: Each root's real directory, resolved once.
+        self.real = [os.path.realpath(r) for r in roots]
+
+    def locate(self, real: str) -> tuple[int, str] | None:
+        """(root index, path relative to that root) of a real path, or None if it lies
+        outside every root ("" for a root itself)."""
+        for index, root in enumerate(self.real):
+            if real == root:
+                return index, ""
+            prefix = root.rstrip(os.sep) + os.sep
+            if real.startswith(prefix):
+                return index, real[len(prefix):]
+        return None
+
+    def check(self, path: str | Path, real: str, what: str) -> tuple[int, str]:
+        """Where ``real`` (the real path of ``path``) lies beneath a root; PermissionDenied
+        naming ``path`` if it lies outside them all."""
+        found = self.locate(real)
+        if found is None:
+            raise PermissionDenied(f"readers.file: {what} {self.name(path)!r} is outside the "
+                                   "data roots")
+        return found
+
+    def name(self, path: str | Path) -> str:
+        """``path`` for a message: ``<root N>/...`` if it is spelled beneath a root (or its
+        real path lies beneath one), else normalized as given. Reads nothing but the
+        path's real location."""
+        text = os.path.normpath(os.path.abspath(path))
+        for spellings in (self.given, self.real):
+            for index, root in enumerate(spellings):
+                if text == root:
+                    return root_label(index)
+                prefix = root.rstrip(os.sep) + os.sep
+                if text.startswith(prefix):
+                    return f"{root_label(index)}/{text[len(prefix):]}"
+        found = self.locate(os.path.realpath(path))
+        if found is not None:
+            return f"{root_label(found[0])}/{found[1]}".rstrip("/")
+        return os.path.normpath(path)
+
+    def open(self, index: int, relative: str) -> int:
+        """A descriptor of the regular file ``relative`` beneath root ``index``, opened
+        without following any symlink below the root. OSError from the kernel (ELOOP,
+        ENOTDIR for a symlink met on the way); DataFileError for what is not a file."""
+        parts = [p for p in relative.split(os.sep) if p]
+        if any(p in (".", "..") for p in parts):  # never listed so; refused all the same
+            raise OSError(errno.EINVAL, "a relative path with '.' or '..'")
+        fd = os.open(self.real[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = below
+            if parts:
+                below = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = below
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise DataFileError(f"it is not a regular file (mode {stat.filemode(mode)})")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+def swapped_link(exc: OSError) -> bool:
+    """Whether opening beneath a root failed on a symlink met on the way down."""
+    return exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
