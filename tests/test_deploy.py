@@ -55,7 +55,10 @@ CONFIG_KEYS: dict[str, Any] = {
                "max_batch_bytes": None, "max_image_pixels": None},
     "drain": {"grace_s": None},
     "keepalive": {"time_s": None, "timeout_s": None},
-    "auth": {"token_file": None},
+    "tls": {"cert_file": None, "key_file": None, "client_ca_file": None},
+    "auth": {"disabled": None, "tokens_file": None, "operators": None},
+    "health": {"listen": None},
+    "reflection": None,
     "metrics": {"listen": None},
     "log": {"level": None, "format": None},
     "pipelines": None,
@@ -174,9 +177,14 @@ def test_dockerfile_structure() -> None:
         assert re.fullmatch(r"\d+:\d+", last["USER"]), f"{name}: USER must be numeric"
         assert json.loads(last["ENTRYPOINT"]) == ["conveyor-server"], name
         assert json.loads(last["CMD"]) == ["--config", "/etc/conveyor/server.yaml"], name
-        assert set(last["EXPOSE"].split()) == {"50051", "9464"}, name
+        assert set(last["EXPOSE"].split()) == {"50051", "9464", "50052"}, name
         healthcheck = json.loads(last["HEALTHCHECK"].split(" CMD ", 1)[1])
         assert healthcheck[:3] == ["python", "-m", "conveyor_server.app.probe"], name
+        # The plaintext health port of the baked configuration (50051 is TLS only).
+        health_port = BAKED_CONFIG["health"]["listen"].rsplit(":", 1)[1]
+        address = healthcheck[healthcheck.index("--address") + 1]
+        assert address == f"127.0.0.1:{health_port}", name
+        assert "GRPC_VERBOSITY=ERROR" in last["ENV"], f"{name}: gRPC notes in the JSON log"
     text = (ROOT / "Dockerfile").read_text()
     assert not re.search(r"\b(curl|wget)\b|ADD https?:", text), "no binaries downloaded"
 
@@ -243,13 +251,43 @@ def test_gpu_overlay_asks_for_a_gpu_and_cpu_does_not() -> None:
     assert cpu["image"].endswith("-cpu")
 
 
-def test_server_probes_are_grpc() -> None:
+def test_server_probes_are_grpc_on_the_plaintext_health_port() -> None:
+    """The kubelet's gRPC probes cannot speak TLS: they ask health.listen, which serves
+    the health service alone."""
     _, c = server_deployment("base")
+    health_port = int(BAKED_CONFIG["health"]["listen"].rsplit(":", 1)[1])
+    assert health_port != 50051
     for name in ("startupProbe", "readinessProbe", "livenessProbe"):
         probe_spec = c[name]
         assert set(probe_spec) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, name
-        assert probe_spec["grpc"]["port"] == 50051, name
+        assert probe_spec["grpc"]["port"] == health_port, name
     assert c["readinessProbe"]["grpc"]["service"] == SERVICE
+
+
+BAKED_CONFIG: dict[str, Any] = yaml.safe_load((DEPLOY / "base" / "server.yaml").read_text())
+
+
+def test_cert_manager_certificate_fills_the_secret_the_servers_mount() -> None:
+    """deploy/cert-manager/certificate.yaml (cert-manager's CRDs: not in a kustomization,
+    so checked here by structure): the Secret it writes is the one mounted, for names the
+    trainers use, and the servers' files are the keys cert-manager writes."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "cert-manager" / "certificate.yaml")
+                                          .read_text()) if d]
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert all(d["apiVersion"] == "cert-manager.io/v1" for d in docs)
+    server = by_name[("Certificate", "conveyor-server")]["spec"]
+    spec, _ = server_deployment("base")
+    secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    assert server["secretName"] in secrets
+    service = one(render("base"), "Service", "conveyor-server")["metadata"]["name"]
+    assert {service, f"{service}.conveyor.svc"} <= set(server["dnsNames"])
+    assert "server auth" in server["usages"]
+    issuer = server["issuerRef"]["name"]
+    assert ("Issuer", issuer) in by_name
+    ca = by_name[("Issuer", issuer)]["spec"]["ca"]["secretName"]
+    assert by_name[("Certificate", ca)]["spec"]["isCA"] is True
+    mounted = {Path(BAKED_CONFIG["tls"][k]).name for k in ("cert_file", "key_file")}
+    assert mounted == {"tls.crt", "tls.key"}
 
 
 def server_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -289,7 +327,7 @@ def test_server_pod_wiring() -> None:
     assert not unknown, f"environment variables that name no config key: {unknown}"
     assert c["args"] == ["--config", "/etc/conveyor/server.yaml"]
     assert {(p["name"], p["containerPort"]) for p in c["ports"]} == \
-        {("grpc", 50051), ("metrics", 9464)}
+        {("grpc", 50051), ("metrics", 9464), ("health", 50052)}
     assert spec["terminationGracePeriodSeconds"] > config["drain"]["grace_s"] + 5
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -297,6 +335,20 @@ def test_server_pod_wiring() -> None:
     assert volumes[mounts["/etc/conveyor"]["name"]]["configMap"]["name"] == cm
     assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
     assert mounts["/data"]["readOnly"] is True
+    assert not any("subPath" in m for m in c["volumeMounts"]), "subPath mounts never update"
+    # TLS and tokens from Secrets, mounted whole (updated in place when they rotate), at the
+    # folders the configuration names; cert-manager's keys tls.crt, tls.key, ca.crt.
+    for key, secret in (("tls.cert_file", "conveyor-server-tls"),
+                        ("tls.key_file", "conveyor-server-tls"),
+                        ("auth.tokens_file", "conveyor-tokens")):
+        section, leaf = key.split(".")
+        path = Path(config[section][leaf])
+        mount = mounts[str(path.parent)]
+        assert mount["readOnly"] is True, key
+        assert volumes[mount["name"]]["secret"]["secretName"] == secret, key
+    assert Path(config["tls"]["cert_file"]).name == "tls.crt"
+    assert Path(config["tls"]["key_file"]).name == "tls.key"
+    assert config["auth"]["disabled"] is False and config["reflection"] is False
     data = volumes[mounts["/data"]["name"]]["persistentVolumeClaim"]
     assert data["claimName"] == "conveyor-data"
     claims = [o for o in render("data") if o["kind"] == "PersistentVolumeClaim"]
@@ -317,17 +369,23 @@ def test_headless_service_and_disruption_budget_select_the_servers() -> None:
 
 
 def test_network_policy() -> None:
+    """Each way in names a namespace AND a pod label in one ``from`` entry (two entries
+    would be OR: any pod of the namespace, or the label in any namespace); nothing but the
+    node's probes reaches the health port."""
     objects = render("base")
     labels = one(objects, "Deployment", "conveyor-server")["spec"]["template"]["metadata"][
         "labels"]
     policy = one(objects, "NetworkPolicy", "conveyor-server")["spec"]
     assert selects(policy["podSelector"]["matchLabels"], labels)
     assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
-    allowed_in = {(p["port"], json.dumps(f.get("podSelector", {}), sort_keys=True))
+    allowed_in = {(p["port"], json.dumps(f.get("namespaceSelector"), sort_keys=True),
+                   json.dumps(f.get("podSelector"), sort_keys=True))
                   for rule in policy["ingress"] for p in rule["ports"] for f in rule["from"]}
-    trainer = json.dumps({"matchLabels": {"conveyor.io/trainer": "true"}})
-    prometheus = json.dumps({"matchLabels": {"app.kubernetes.io/name": "prometheus"}})
-    assert allowed_in == {(50051, trainer), (9464, prometheus)}
+    trainer = (json.dumps({"matchLabels": {"conveyor.io/trainers": "true"}}),
+               json.dumps({"matchLabels": {"conveyor.io/trainer": "true"}}))
+    prometheus = (json.dumps({"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}),
+                  json.dumps({"matchLabels": {"app.kubernetes.io/name": "prometheus"}}))
+    assert allowed_in == {(50051, *trainer), (9464, *prometheus)}
     allowed_out = {(p["port"], p["protocol"]) for rule in policy["egress"]
                    for p in rule["ports"]}
     assert {(6379, "TCP"), (53, "UDP"), (53, "TCP")} <= allowed_out
