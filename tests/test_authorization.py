@@ -146,3 +146,31 @@ def _check_after(alice: conveyor.Client, c: conveyor.Client, caller: str, action
     elif action == "delete":
         with pytest.raises(errors.NotFound):
             alice.pipeline(name)
+
+
+def test_checkpoints_stay_their_creators_also_after_a_delete(secured: Secured) -> None:
+    with secured.client(TOKENS["alice"]) as alice, secured.client(TOKENS["bob"]) as bob, \
+            secured.client(TOKENS["ops"]) as ops:
+        pipe = alice.create("kept", secured.spec)
+        pipe.run()
+        ckpt = pipe.checkpoint()
+        pipe.close()
+        with pytest.raises(errors.PermissionDenied, match="'bob' may not read checkpoint"):
+            bob.get_checkpoint(ckpt.id)
+        with pytest.raises(errors.PermissionDenied):
+            bob.checkpoints("kept")
+        with pytest.raises(errors.PermissionDenied):
+            bob.delete("kept", force=True)
+        assert [c.id for c in ops.checkpoints("kept")] == [ckpt.id]
+        assert ops.get_checkpoint(ckpt.id).data == ckpt.data
+        alice.delete("kept", keep_checkpoints=True)
+        # The name is free, but its checkpoints are still alice's: Redis kept the creator.
+        with pytest.raises(errors.PermissionDenied, match="may not restore from checkpoint"):
+            bob.restore("stolen", checkpoint=ckpt.id)
+        with pytest.raises(errors.NotFound):
+            bob.checkpoints("kept")  # nothing of it is bob's to see
+        ops.restore("kept", checkpoint=ckpt.id)
+        assert alice.pipeline("kept").holder == secured.server.address
+        with pytest.raises(errors.PermissionDenied):
+            bob.pipeline("kept")
+        ops.delete("kept")
