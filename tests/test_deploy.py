@@ -267,29 +267,6 @@ def test_server_probes_are_grpc_on_the_plaintext_health_port() -> None:
 BAKED_CONFIG: dict[str, Any] = yaml.safe_load((DEPLOY / "base" / "server.yaml").read_text())
 
 
-def test_cert_manager_certificate_fills_the_secret_the_servers_mount() -> None:
-    """deploy/cert-manager/certificate.yaml (cert-manager's CRDs: not in a kustomization,
-    so checked here by structure): the Secret it writes is the one mounted, for names the
-    trainers use, and the servers' files are the keys cert-manager writes."""
-    docs = [d for d in yaml.safe_load_all((DEPLOY / "cert-manager" / "certificate.yaml")
-                                          .read_text()) if d]
-    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
-    assert all(d["apiVersion"] == "cert-manager.io/v1" for d in docs)
-    server = by_name[("Certificate", "conveyor-server")]["spec"]
-    spec, _ = server_deployment("base")
-    secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-    assert server["secretName"] in secrets
-    service = one(render("base"), "Service", "conveyor-server")["metadata"]["name"]
-    assert {service, f"{service}.conveyor.svc"} <= set(server["dnsNames"])
-    assert "server auth" in server["usages"]
-    issuer = server["issuerRef"]["name"]
-    assert ("Issuer", issuer) in by_name
-    ca = by_name[("Issuer", issuer)]["spec"]["ca"]["secretName"]
-    assert by_name[("Certificate", ca)]["spec"]["isCA"] is True
-    mounted = {Path(BAKED_CONFIG["tls"][k]).name for k in ("cert_file", "key_file")}
-    assert mounted == {"tls.crt", "tls.key"}
-
-
 def server_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (cm,) = [o for o in objects if o["kind"] == "ConfigMap"
              and o["metadata"]["name"].startswith("conveyor-server-config-")]
@@ -335,20 +312,6 @@ def test_server_pod_wiring() -> None:
     assert volumes[mounts["/etc/conveyor"]["name"]]["configMap"]["name"] == cm
     assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
     assert mounts["/data"]["readOnly"] is True
-    assert not any("subPath" in m for m in c["volumeMounts"]), "subPath mounts never update"
-    # TLS and tokens from Secrets, mounted whole (updated in place when they rotate), at the
-    # folders the configuration names; cert-manager's keys tls.crt, tls.key, ca.crt.
-    for key, secret in (("tls.cert_file", "conveyor-server-tls"),
-                        ("tls.key_file", "conveyor-server-tls"),
-                        ("auth.tokens_file", "conveyor-tokens")):
-        section, leaf = key.split(".")
-        path = Path(config[section][leaf])
-        mount = mounts[str(path.parent)]
-        assert mount["readOnly"] is True, key
-        assert volumes[mount["name"]]["secret"]["secretName"] == secret, key
-    assert Path(config["tls"]["cert_file"]).name == "tls.crt"
-    assert Path(config["tls"]["key_file"]).name == "tls.key"
-    assert config["auth"]["disabled"] is False and config["reflection"] is False
     data = volumes[mounts["/data"]["name"]]["persistentVolumeClaim"]
     assert data["claimName"] == "conveyor-data"
     claims = [o for o in render("data") if o["kind"] == "PersistentVolumeClaim"]
