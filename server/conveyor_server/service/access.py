@@ -25,7 +25,7 @@ import grpc
 
 from conveyor.errors import PermissionDenied
 from conveyor.v1 import service_pb2
-from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.hosted import HostedPipelines
 from conveyor_server.service.identity import Authenticator, Caller
 from conveyor_server.store.store import Store, StoredCheckpoint, check_name
 
@@ -76,12 +76,6 @@ class Access:
         if creator is not None and creator != caller.identity:
             raise self._deny(caller, action, f"pipeline {name!r}")
         return caller
-
-    def require_hosted(self, context: grpc.ServicerContext, hosted: HostedPipeline,
-                       action: str) -> None:
-        caller = self.caller(context)
-        if not self.may(caller, hosted.creator):
-            raise self._deny(caller, action, f"pipeline {hosted.name!r}")
 
     def require_checkpoint(self, context: grpc.ServicerContext,
                            stored: StoredCheckpoint) -> None:

@@ -74,8 +74,8 @@ class ConveyorService:
         observer.watch_hosted(self.pipelines.count)
         #: Who may do what; ``create_server`` gives it the configured authenticator.
         self.access = Access(Authenticator(), store, self.pipelines)
-        self.streams.authorize = lambda context, hosted: self.access.require_hosted(
-            context, hosted, "stream")
+        self.streams.authorize = lambda context, name: self.access.require(
+            context, name, "stream")
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:

@@ -46,9 +46,9 @@ class BatchStreams:
         self._drain_wait = drain_wait
         self.slots = slots
         self.draining = threading.Event()
-        #: Refuses a caller that may not stream the pipeline (set by the servicer).
-        self.authorize: Callable[[grpc.ServicerContext, HostedPipeline], None] = \
-            lambda context, hosted: None
+        #: Refuses a caller that may not stream the named pipeline (set by the servicer).
+        self.authorize: Callable[[grpc.ServicerContext, str], object] = \
+            lambda context, name: None
 
     def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         with self.slots.slot():
@@ -56,8 +56,8 @@ class BatchStreams:
 
     def _serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         first = first_request(requests, context, self.slots.first_message_s)
+        self.authorize(context, first.name)
         hosted = self._pipelines.local(first.name)
-        self.authorize(context, hosted)
         token = hosted.attach(first.consumed)
         peer = context.peer()
         log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
