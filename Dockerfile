@@ -40,10 +40,12 @@ RUN apt-get update \
     && groupadd --gid 10001 conveyor \
     && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home \
         --home-dir /tmp --shell /usr/sbin/nologin conveyor
+# GRPC_VERBOSITY: gRPC's own notes (a failed TLS handshake of a plaintext client or a port
+# scan) stay out of the JSON log; its errors still show.
 ENV PATH=/opt/conveyor/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    CUPY_CACHE_DIR=/tmp/cupy-kernel-cache
+    CUPY_CACHE_DIR=/tmp/cupy-kernel-cache GRPC_VERBOSITY=ERROR
 # Not in server/constraints.txt: the [gpu] extra (cupy-cuda12x, nvidia-nvimgcodec-cu12) and
 # this stage's CUDA libraries; those are pinned by the GPU issue's work.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
@@ -53,9 +55,11 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 50051 9464
+# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health.
+EXPOSE 50051 9464 50052
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-m", "conveyor_server.app.probe", "--timeout", "3"]
+    CMD ["python", "-m", "conveyor_server.app.probe", "--address", "127.0.0.1:50052", \
+         "--timeout", "3"]
 # SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
 ENTRYPOINT ["conveyor-server"]
 CMD ["--config", "/etc/conveyor/server.yaml"]
@@ -69,7 +73,7 @@ RUN python -m venv /opt/conveyor \
         --home-dir /tmp --shell /usr/sbin/nologin conveyor
 ENV PATH=/opt/conveyor/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 GRPC_VERBOSITY=ERROR
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
     pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
@@ -77,9 +81,11 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 50051 9464
+# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health.
+EXPOSE 50051 9464 50052
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-m", "conveyor_server.app.probe", "--timeout", "3"]
+    CMD ["python", "-m", "conveyor_server.app.probe", "--address", "127.0.0.1:50052", \
+         "--timeout", "3"]
 # SIGTERM starts the drain (drain.grace_s): give `docker stop` a longer --time.
 ENTRYPOINT ["conveyor-server"]
 CMD ["--config", "/etc/conveyor/server.yaml"]

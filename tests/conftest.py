@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -61,15 +61,15 @@ def start_server(
 ) -> Iterator[Callable[..., ServerProcess]]:
     """Start real conveyor-server subprocesses sharing this test's Redis
     (``metrics=True``: serving metrics on a free port, ``server.metrics_url``; ``env``:
-    added environment variables)."""
+    added environment variables; ``tls``: the client's options for a TLS server)."""
     from tests.servers import ServerProcess
 
     started: list[ServerProcess] = []
 
-    def start(*extra: str, roots: list[Path] | None = None,
-              metrics: bool = False, env: dict[str, str] | None = None) -> ServerProcess:
+    def start(*extra: str, roots: list[Path] | None = None, metrics: bool = False,
+              env: dict[str, str] | None = None, tls: Any = None) -> ServerProcess:
         server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra,
-                               metrics=metrics, env=env)
+                               metrics=metrics, env=env, tls=tls)
         started.append(server.start())
         return server
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from conveyor.channel import wait_serving
+from conveyor.credentials import TlsOptions
 from conveyor.errors import Unavailable
 from conveyor_server.demo.launch import (
     read_metrics_address,
@@ -22,13 +23,15 @@ START_TIMEOUT = 30.0
 class ServerProcess:
     def __init__(self, redis_url: str | None, data_roots: list[Path], log_dir: Path,
                  *extra: str, metrics: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
-        """``env``: variables added to the server's environment (CPU dispatch settings)."""
+                 env: Mapping[str, str] | None = None, tls: TlsOptions | None = None) -> None:
+        """``env``: variables added to the server's environment (CPU dispatch settings).
+        ``tls``: how to reach a server started with TLS (to wait until it serves)."""
         self.redis_url = redis_url
         self.env = dict(env or {})
         self.data_roots = data_roots
         self.extra = extra
         self.metrics = metrics
+        self.tls = tls
         self.log_path = log_dir / f"server-{id(self)}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
@@ -65,7 +68,7 @@ class ServerProcess:
             except Unavailable as exc:
                 raise RuntimeError(f"{exc.message}\n{self.log()}") from None
         self.port = int(address.rsplit(":", 1)[1])
-        wait_serving(self.address, START_TIMEOUT)
+        wait_serving(self.address, START_TIMEOUT, tls=self.tls)
         return self
 
     def log(self) -> str:

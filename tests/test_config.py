@@ -20,11 +20,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 import conveyor
 from conveyor import errors
 from conveyor.channel import wait_serving
+from conveyor.credentials import TlsOptions
 from conveyor_server import Pipeline
 from conveyor_server.app import config as configuration
 from conveyor_server.app.main import load_config
 from conveyor_server.app.startup import load_spec
 from conveyor_server.demo.launch import (
+    read_health_address,
     read_metrics_address,
     spawn_server,
     stop_server,
@@ -33,6 +35,7 @@ from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.store.connect import connect
 from conveyor_server.store.redis_process import RedisProcess
+from tests.certs import CertificateAuthority
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess
 
@@ -244,34 +247,49 @@ def test_a_bad_spec_file_is_refused_before_listening(image_root: Path, tmp_path:
     assert "listening" not in proc.stdout
 
 
-def test_the_example_configuration_serves_health_reflection_and_metrics(
+def test_the_example_configuration_serves_tls_tokens_health_and_metrics(
         redis_proc: RedisProcess, image_root: Path, tmp_path: Path) -> None:
     """deploy/base/server.yaml as the Deployment uses it, with the environment pointing it
-    at this test's Redis and data, as a pod's env would."""
+    at this test's Redis, data, certificate and tokens files, as a pod's mounts would."""
     example = Path(__file__).resolve().parent.parent / "deploy" / "base" / "server.yaml"
+    ca = CertificateAuthority()
+    cert, key = ca.issue("127.0.0.1").write(tmp_path / "tls.crt", tmp_path / "tls.key")
+    tls = TlsOptions(ca_file=str(ca.write(tmp_path / "ca.crt")))
+    (tmp_path / "tokens.yaml").write_text("team-a: team-a-token-0123456789\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     env |= {"CONVEYOR_LISTEN": "127.0.0.1:0", "CONVEYOR_REDIS_URL": redis_proc.url,
             "CONVEYOR_DATA_ROOTS": str(image_root), "CONVEYOR_METRICS_LISTEN": "127.0.0.1:0",
-            "CONVEYOR_ADVERTISE": "10.1.2.3:50051"}
+            "CONVEYOR_HEALTH_LISTEN": "127.0.0.1:0", "CONVEYOR_ADVERTISE": "10.1.2.3:50051",
+            "CONVEYOR_TLS_CERT_FILE": str(cert), "CONVEYOR_TLS_KEY_FILE": str(key),
+            "CONVEYOR_AUTH_TOKENS_FILE": str(tmp_path / "tokens.yaml"),
+            "GRPC_VERBOSITY": "ERROR"}  # as the image sets it (Dockerfile)
     with (tmp_path / "server.log").open("w") as log:
         proc, address = spawn_server(["--config", str(example)], stderr=log, env=env)
     try:
         metrics_port = int(read_metrics_address(proc, 30).rsplit(":", 1)[1])
-        wait_serving(address, 30)
-        assert health(address) == health_pb2.HealthCheckResponse.SERVING
-        with grpc.insecure_channel(address) as channel:
+        health_address = read_health_address(proc, 30)
+        wait_serving(address, 30, tls=tls)
+        assert health(health_address) == health_pb2.HealthCheckResponse.SERVING  # plaintext
+        with pytest.raises(grpc.RpcError):
+            health(address)  # the gRPC port is TLS only
+        with grpc.secure_channel(address, tls.credentials()) as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
             request = reflection_pb2.ServerReflectionRequest(list_services="")
-            answers = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
-        names = {s.name for s in answers[0].list_services_response.service}
-        assert {"conveyor.v1.Conveyor", "grpc.health.v1.Health"} <= names
-        with conveyor.Client(address, timeout=20) as c:
+            with pytest.raises(grpc.RpcError) as reflection:
+                list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+        assert reflection.value.code() == grpc.StatusCode.UNIMPLEMENTED  # off in the example
+        with conveyor.Client(address, timeout=20, tls=tls) as anonymous, \
+                pytest.raises(errors.Unauthenticated):
+            anonymous.pipelines()
+        with conveyor.Client(address, timeout=20, tls=tls,
+                             token="team-a-token-0123456789") as c:
             c.create("example", rotate_pipeline(str(image_root / "imgs")))
             assert c.pipeline("example").holder == "10.1.2.3:50051"
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
                                     timeout=10) as reply:
             text = reply.read().decode()
         assert 'conveyor_rpcs_total{code="OK",method="CreatePipeline"} 1.0' in text
+        assert 'conveyor_rpcs_total{code="UNAUTHENTICATED",method="ListPipelines"} 1.0' in text
         assert "conveyor_build_info{" in text
     finally:
         stop_server(proc)

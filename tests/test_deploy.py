@@ -56,7 +56,10 @@ CONFIG_KEYS: dict[str, Any] = {
                "max_batch_bytes": None, "max_image_pixels": None, "max_file_bytes": None},
     "drain": {"grace_s": None},
     "keepalive": {"time_s": None, "timeout_s": None},
-    "auth": {"token_file": None},
+    "tls": {"cert_file": None, "key_file": None, "client_ca_file": None},
+    "auth": {"disabled": None, "tokens_file": None, "operators": None},
+    "health": {"listen": None},
+    "reflection": None,
     "metrics": {"listen": None},
     "log": {"level": None, "format": None},
     "pipelines": None,
@@ -175,9 +178,14 @@ def test_dockerfile_structure() -> None:
         assert re.fullmatch(r"\d+:\d+", last["USER"]), f"{name}: USER must be numeric"
         assert json.loads(last["ENTRYPOINT"]) == ["conveyor-server"], name
         assert json.loads(last["CMD"]) == ["--config", "/etc/conveyor/server.yaml"], name
-        assert set(last["EXPOSE"].split()) == {"50051", "9464"}, name
+        assert set(last["EXPOSE"].split()) == {"50051", "9464", "50052"}, name
         healthcheck = json.loads(last["HEALTHCHECK"].split(" CMD ", 1)[1])
         assert healthcheck[:3] == ["python", "-m", "conveyor_server.app.probe"], name
+        # The plaintext health port of the baked configuration (50051 is TLS only).
+        health_port = BAKED_CONFIG["health"]["listen"].rsplit(":", 1)[1]
+        address = healthcheck[healthcheck.index("--address") + 1]
+        assert address == f"127.0.0.1:{health_port}", name
+        assert "GRPC_VERBOSITY=ERROR" in last["ENV"], f"{name}: gRPC notes in the JSON log"
     text = (ROOT / "Dockerfile").read_text()
     assert not re.search(r"\b(curl|wget)\b|ADD https?:", text), "no binaries downloaded"
 
@@ -244,13 +252,20 @@ def test_gpu_overlay_asks_for_a_gpu_and_cpu_does_not() -> None:
     assert cpu["image"].endswith("-cpu")
 
 
-def test_server_probes_are_grpc() -> None:
+def test_server_probes_are_grpc_on_the_plaintext_health_port() -> None:
+    """The kubelet's gRPC probes cannot speak TLS: they ask health.listen, which serves
+    the health service alone."""
     _, c = server_deployment("base")
+    health_port = int(BAKED_CONFIG["health"]["listen"].rsplit(":", 1)[1])
+    assert health_port != 50051
     for name in ("startupProbe", "readinessProbe", "livenessProbe"):
         probe_spec = c[name]
         assert set(probe_spec) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, name
-        assert probe_spec["grpc"]["port"] == 50051, name
+        assert probe_spec["grpc"]["port"] == health_port, name
     assert c["readinessProbe"]["grpc"]["service"] == SERVICE
+
+
+BAKED_CONFIG: dict[str, Any] = yaml.safe_load((DEPLOY / "base" / "server.yaml").read_text())
 
 
 def server_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -290,7 +305,7 @@ def test_server_pod_wiring() -> None:
     assert not unknown, f"environment variables that name no config key: {unknown}"
     assert c["args"] == ["--config", "/etc/conveyor/server.yaml"]
     assert {(p["name"], p["containerPort"]) for p in c["ports"]} == \
-        {("grpc", 50051), ("metrics", 9464)}
+        {("grpc", 50051), ("metrics", 9464), ("health", 50052)}
     assert spec["terminationGracePeriodSeconds"] > config["drain"]["grace_s"] + 5
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -318,17 +333,23 @@ def test_headless_service_and_disruption_budget_select_the_servers() -> None:
 
 
 def test_network_policy() -> None:
+    """Each way in names a namespace AND a pod label in one ``from`` entry (two entries
+    would be OR: any pod of the namespace, or the label in any namespace); nothing but the
+    node's probes reaches the health port."""
     objects = render("base")
     labels = one(objects, "Deployment", "conveyor-server")["spec"]["template"]["metadata"][
         "labels"]
     policy = one(objects, "NetworkPolicy", "conveyor-server")["spec"]
     assert selects(policy["podSelector"]["matchLabels"], labels)
     assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
-    allowed_in = {(p["port"], json.dumps(f.get("podSelector", {}), sort_keys=True))
+    allowed_in = {(p["port"], json.dumps(f.get("namespaceSelector"), sort_keys=True),
+                   json.dumps(f.get("podSelector"), sort_keys=True))
                   for rule in policy["ingress"] for p in rule["ports"] for f in rule["from"]}
-    trainer = json.dumps({"matchLabels": {"conveyor.io/trainer": "true"}})
-    prometheus = json.dumps({"matchLabels": {"app.kubernetes.io/name": "prometheus"}})
-    assert allowed_in == {(50051, trainer), (9464, prometheus)}
+    trainer = (json.dumps({"matchLabels": {"conveyor.io/trainers": "true"}}),
+               json.dumps({"matchLabels": {"conveyor.io/trainer": "true"}}))
+    prometheus = (json.dumps({"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}),
+                  json.dumps({"matchLabels": {"app.kubernetes.io/name": "prometheus"}}))
+    assert allowed_in == {(50051, *trainer), (9464, *prometheus)}
     allowed_out = {(p["port"], p["protocol"]) for rule in policy["egress"]
                    for p in rule["ports"]}
     assert {(6379, "TCP"), (53, "UDP"), (53, "TCP")} <= allowed_out

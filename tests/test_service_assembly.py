@@ -15,9 +15,11 @@ from conveyor.errors import NotFound, Unauthenticated
 from conveyor_server.app.metrics import Metrics
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.service import rpc_kinds
+from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.lifecycle import Runtime
 from conveyor_server.service.registration import CONVEYOR, service_handler
 from conveyor_server.service.server import create_server
+from conveyor_server.service.tokens import Tokens
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
 
@@ -85,20 +87,24 @@ def _rpcs(metrics: Metrics, method: str, code: str) -> float:
 def test_an_in_process_server_on_port_0_authenticates_and_counts_its_rpcs(
         redis_proc: RedisProcess, image_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONVEYOR_TOKEN", raising=False)
+    monkeypatch.delenv("CONVEYOR_TOKEN_FILE", raising=False)
     metrics = Metrics()
     store = Store(redis_proc.url)
+    secret = "s3cret-of-alice-0123"
     server, port, service, health = create_server(
-        "127.0.0.1:0", store, [image_root], observer=metrics, token="s3cret")
+        "127.0.0.1:0", store, [image_root], observer=metrics,
+        authenticator=Authenticator(tokens=Tokens(fixed={"alice": secret})))
     runtime = Runtime(server, service, health)
     runtime.start()
     address = f"127.0.0.1:{port}"
     try:
         wait_serving(address, 10, SERVICE_NAME)  # health answers without a token
-        for token in (None, "s3cre", "s3cret-and-more"):
+        for token, why in ((None, "missing credentials"), (secret[:-1], "wrong token"),
+                           (secret + "-and-more", "wrong token")):
             with Client(address, token=token) as client, \
-                    pytest.raises(Unauthenticated, match="missing or wrong token"):
+                    pytest.raises(Unauthenticated, match=why):
                 client.pipelines()
-        with Client(address, token="s3cret") as client:
+        with Client(address, token=secret) as client:
             assert client.pipelines() == []
             with pytest.raises(NotFound):
                 client.pipeline("absent")

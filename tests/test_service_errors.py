@@ -92,11 +92,13 @@ def test_limits_are_resource_exhausted(start_server: Start, image_root: Path) ->
             c.create("two", rotate_pipeline(str(image_root / "imgs")))
 
 
-def test_token_is_required_when_configured(start_server: Start, image_root: Path) -> None:
-    server = start_server("--token", "s3cret")
+def test_token_is_required_when_configured(start_server: Start, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("alice: s3cret-of-alice-0123\n")
+    server = start_server("--tokens-file", str(tokens))
     with client(server) as anonymous, pytest.raises(errors.Unauthenticated):
         anonymous.pipelines()
-    with client(server, token="s3cret") as allowed:
+    with client(server, token="s3cret-of-alice-0123") as allowed:
         assert allowed.pipelines() == []
 
 
@@ -239,15 +241,22 @@ def test_batches_larger_than_4_mib_round_trip(start_server: Start, image_root: P
             assert batch_bytes(got) == batch_bytes(want)
 
 
-def test_health_and_reflection_answer(start_server: Start) -> None:
-    server = start_server()
-    with grpc.insecure_channel(server.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        reply = health.Check(health_pb2.HealthCheckRequest(service="conveyor.v1.Conveyor"),
-                             timeout=DEADLINE)
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+def test_health_answers_and_reflection_is_a_switch(start_server: Start) -> None:
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    without, with_reflection = start_server(), start_server("--reflection")
+    for server in (without, with_reflection):
+        with grpc.insecure_channel(server.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            reply = health.Check(health_pb2.HealthCheckRequest(service="conveyor.v1.Conveyor"),
+                                 timeout=DEADLINE)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    with grpc.insecure_channel(without.address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        with pytest.raises(grpc.RpcError) as off:
+            list(stub.ServerReflectionInfo(iter([request]), timeout=DEADLINE))
+        assert off.value.code() == grpc.StatusCode.UNIMPLEMENTED  # off by default
+    with grpc.insecure_channel(with_reflection.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         answers = list(stub.ServerReflectionInfo(iter([request]), timeout=DEADLINE))
         names = {s.name for s in answers[0].list_services_response.service}
         assert {"conveyor.v1.Conveyor", "grpc.health.v1.Health"} <= names

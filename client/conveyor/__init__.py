@@ -2,12 +2,13 @@
 
 from conveyor import errors, fn, types
 from conveyor.client import Checkpoint, Client, RemotePipeline
+from conveyor.credentials import TlsOptions
 from conveyor.pipeline_def import pipeline_def
 from conveyor.tensor_list import TensorList
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Checkpoint", "Client", "RemotePipeline", "TensorList", "__version__", "errors", "fn",
-    "pipeline_def", "types",
+    "Checkpoint", "Client", "RemotePipeline", "TensorList", "TlsOptions", "__version__",
+    "errors", "fn", "pipeline_def", "types",
 ]

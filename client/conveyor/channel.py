@@ -17,6 +17,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from conveyor.credentials import TlsOptions, open_channel
 from conveyor.errors import InvalidArgument, Unavailable
 from conveyor.v1 import service_pb2
 
@@ -64,7 +65,7 @@ def server_keepalive(time_s: float = KEEPALIVE_TIME_S,
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["Conveyor"].full_name
 STREAM_BATCHES_PATH = f"/{SERVICE_NAME}/StreamBatches"
 
-#: Request metadata: ``Bearer TOKEN`` when the server requires a token.
+#: Request metadata: ``Bearer TOKEN``, the caller's token.
 AUTHORIZATION_KEY = "authorization"
 #: Trailing metadata of a stream ended by a drain: the checkpoint written at the consumer's
 #: acknowledged position, and that position.
@@ -96,11 +97,12 @@ def health_status(channel: grpc.Channel, service: str, timeout: float) -> int:
     return int(reply.status)
 
 
-def wait_serving(address: str, timeout: float = 30.0, service: str = "") -> None:
-    """Poll the health check of ``address`` until it answers SERVING; ``Unavailable``
-    after ``timeout`` seconds."""
+def wait_serving(address: str, timeout: float = 30.0, service: str = "",
+                 tls: TlsOptions | None = None) -> None:
+    """Poll the health check of ``address`` (over TLS with ``tls``) until it answers
+    SERVING; ``Unavailable`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address, tls) as channel:
         while True:
             try:
                 if health_status(channel, service, 2.0) == SERVING:

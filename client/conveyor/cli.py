@@ -8,6 +8,11 @@
     conveyor [--server ADDR] stream NAME --batches N  # reads a copy, never moves NAME
     conveyor [--server ADDR] delete NAME [--keep-checkpoints]
     conveyor spec MODULE:FUNCTION [ARG ...] [--format json|textproto]   # no server
+
+Credentials never go on the command line: the token is read from ``--token-file FILE``
+(``-``: standard input) or ``CONVEYOR_TOKEN_FILE``, else ``CONVEYOR_TOKEN``. TLS:
+``--tls-ca FILE`` (and ``--tls-cert`` / ``--tls-key`` for mTLS), or ``CONVEYOR_TLS_CA``,
+``CONVEYOR_TLS_CERT``, ``CONVEYOR_TLS_KEY``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, text_format
 
 from conveyor.client import Client
+from conveyor.credentials import add_tls_arguments, tls_from_args
 from conveyor.errors import ConveyorError, InvalidArgument
 from conveyor.v1 import pipeline_pb2, service_pb2
 
@@ -114,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--server", default=os.environ.get("CONVEYOR_SERVER", "127.0.0.1:50051"),
                    help="server address (env CONVEYOR_SERVER; default 127.0.0.1:50051)")
     p.add_argument("--timeout", type=float, default=30.0, help="deadline of each call (s)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="file holding the bearer token, '-' for standard input (env "
+                        "CONVEYOR_TOKEN_FILE; else CONVEYOR_TOKEN)")
+    add_tls_arguments(p)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("pipelines", help="list pipelines and their holders")
     for cmd, text in (("describe", "show one pipeline"),
@@ -149,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     try:
-        with Client(args.server, timeout=args.timeout) as client:
+        with Client(args.server, timeout=args.timeout, token_file=args.token_file,
+                    tls=tls_from_args(args)) as client:
             if args.command == "pipelines":
                 rows = [(i.name, i.holder, i.generation, i.acknowledged if i.spec.batch_size
                          or i.sent else "-", i.latest_checkpoint or "-")

@@ -9,15 +9,15 @@ reason and metadata.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
 from conveyor.connection import Connection, addresses
+from conveyor.credentials import TlsOptions, read_token
 from conveyor.remote import RemotePipeline
 from conveyor.v1 import pipeline_pb2, service_pb2
 
@@ -36,7 +36,9 @@ class Checkpoint:
 
 class Client:
     def __init__(self, target: str | Sequence[str], *, timeout: float = 30.0,
-                 token: str | None = None, stream_timeout: float | None = None,
+                 token: str | None = None, token_file: str | None = None,
+                 tls: TlsOptions | Literal[False] | None = None,
+                 stream_timeout: float | None = None,
                  keepalive_s: float = KEEPALIVE_TIME_S,
                  keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
                  failover: bool = True) -> None:
@@ -45,7 +47,12 @@ class Client:
         is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
         answer within the timeout, so a dead or stopped server never blocks the trainer.
         ``failover``: a ``RemotePipeline`` whose server dies, stops answering or drains is
-        resumed on another server at the trainer's position (see ``remote.py``)."""
+        resumed on another server at the trainer's position (see ``remote.py``).
+        ``token`` / ``token_file``: the bearer token, or the file holding it (else
+        ``$CONVEYOR_TOKEN_FILE``, else ``$CONVEYOR_TOKEN``). ``tls``: verify the servers'
+        certificate and present this client's (None: ``TlsOptions.from_env()``, the
+        ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
+        environment says); see ``credentials.py``."""
         targets = [target] if isinstance(target, str) else list(target)
         self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
         if not self.targets:
@@ -54,7 +61,8 @@ class Client:
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         self.failover = failover
-        token = token or os.environ.get("CONVEYOR_TOKEN")
+        token = read_token(token, token_file)
+        self.tls = TlsOptions.from_env() if tls is None else tls or None
         self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
         self._keepalive = (keepalive_s, keepalive_timeout_s)
         self._lock = threading.Lock()
@@ -68,8 +76,8 @@ class Client:
         with self._lock:
             conn = self._connections.get(address)
             if conn is None:
-                conn = self._connections[address] = Connection(address, self._metadata,
-                                                               self._keepalive)
+                conn = self._connections[address] = Connection(
+                    address, self._metadata, self._keepalive, self.tls, self.targets)
             return conn
 
     def servers(self) -> list[str]:

@@ -1,7 +1,8 @@
 """One gRPC channel to one Conveyor server, and the errors that come back on it.
 
 A ``Connection`` makes unary calls and opens batch streams with the project's channel
-options and keepalive; a failed call is raised as the ``conveyor.errors`` class the server
+options and keepalive, over TLS when the client has ``TlsOptions`` (``credentials.py``);
+a failed call is raised as the ``conveyor.errors`` class the server
 named in its ``ErrorInfo`` (else the one of its status code), with its metadata.
 ``addresses`` turns the client's targets into server addresses: a DNS name that resolves
 to several (a headless Service) gives each of them.
@@ -26,18 +27,21 @@ from conveyor.channel import (
     client_keepalive,
     host_port,
 )
+from conveyor.credentials import TlsOptions, open_channel
 from conveyor.v1 import service_pb2, service_pb2_grpc
 
 Metadata = tuple[tuple[str, str], ...]
 
 
 class Connection:
-    def __init__(self, address: str, metadata: Metadata, keepalive: tuple[float, float]
-                 ) -> None:
+    def __init__(self, address: str, metadata: Metadata, keepalive: tuple[float, float],
+                 tls: TlsOptions | None = None, targets: Sequence[str] = ()) -> None:
+        """``targets``: the client's targets, whose first names the certificate of a
+        server reached by IP (see ``credentials.expected_name``)."""
         self.address = address
         self._metadata = metadata
-        self._channel = grpc.insecure_channel(
-            address, options=(*CHANNEL_OPTIONS, *client_keepalive(*keepalive)))
+        self._channel = open_channel(address, tls, (*CHANNEL_OPTIONS,
+                                                    *client_keepalive(*keepalive)), targets)
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)
         # Batch frames stay encoded: BatchAssembler copies their data straight into place.
         self._stream_frames = self._channel.stream_stream(

@@ -65,8 +65,32 @@ class KeepaliveConfig:
 
 @dataclass(frozen=True)
 class AuthConfig:
+    #: Turn authentication off: every client is ``anonymous`` and may do everything.
+    disabled: bool = False
+    #: A YAML file of ``name: token`` entries, one identity each; re-read when it changes.
+    tokens_file: str | None = None
+    #: Identities (token names, client-certificate SANs) that may act on every pipeline.
+    operators: tuple[str, ...] = ()
+    #: One token (identity ``default``), kept for older configurations: use tokens_file.
     token: str | None = None
     token_file: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerTlsConfig:
+    """The server's own TLS (not Redis's, which is ``redis.tls``): its certificate chain
+    and key, and the CA that client certificates must chain to (mTLS) when set. The files
+    are read again when they change (a rotated Kubernetes Secret)."""
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    #: A second, plaintext port serving only grpc.health.v1 (for probes that cannot speak
+    #: TLS, such as Kubernetes' gRPC probes); off when null.
+    listen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +132,9 @@ class PipelineEntry:
     #: When the name is already claimed: leave it ("skip"), take it over from its latest
     #: checkpoint ("restore"), or refuse to start ("fail").
     if_exists: Literal["skip", "restore", "fail"] = "skip"
+    #: The identity recorded as its creator (who may stream it besides the operators);
+    #: required when clients authenticate.
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +150,10 @@ class ServerConfig:
     drain: DrainConfig = field(default_factory=DrainConfig)
     keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: ServerTlsConfig = field(default_factory=ServerTlsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    #: Serve gRPC server reflection (describes the API to anyone who reaches the port).
+    reflection: bool = False
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
@@ -174,7 +205,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
     base = Path(path).parent if path is not None else Path.cwd()
     config = build(ServerConfig, raw, "", where, origins)
     auth = raw.get("auth")
-    for secret in ("token", "token_file"):
+    for secret in ("token", "token_file", "tokens_file"):
         given = auth.get(secret) if isinstance(auth, dict) else None
         # Null in the file is the default; an empty string, or an empty or null value from
         # the environment or a flag, is a secret that went missing.
@@ -182,8 +213,9 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
         if isinstance(auth, dict) and secret in auth and explicit \
                 and not str(given or "").strip():
             raise ConfigError(f"auth.{secret}: set, but empty (from "
-                              f"{origins.get('auth.' + secret, where)}): unset it to run "
-                              "without authentication; an empty secret does not turn it off")
+                              f"{origins.get('auth.' + secret, where)}): unset it, or set "
+                              "auth.disabled: true to run without authentication; an empty "
+                              "secret does not turn it off")
     return dataclasses.replace(config,
                                pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
 

@@ -1,9 +1,10 @@
 """``conveyor-server``: the command line of the server.
 
 Settings come from ``--config FILE`` (YAML, see ``config.py``), ``CONVEYOR_*`` environment
-variables and the flags below, later ones winning. The engine and the service (and with
-them OpenCV) are imported once the configuration is read, after OpenCV's pixel cap is set
-from it (``decoder_caps.py``).
+variables and the flags below, later ones winning. Secrets never come from flags: tokens
+are read from files (``auth.tokens_file``), as are TLS keys. The engine and the service
+(and with them OpenCV) are imported once the configuration is read, after OpenCV's pixel
+cap is set from it (``decoder_caps.py``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
 from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.channel import host_port
-from conveyor.client import Client
 from conveyor.errors import ConveyorError, InvalidArgument
 from conveyor_server.app import config as configuration
 from conveyor_server.app.decoder_caps import cap_decoders
 from conveyor_server.app.logs import FORMATS, configure_logging
+from conveyor_server.app.security import (
+    StartupCalls,
+    build_security,
+    check_security,
+)
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.service.kill_points import KillPoints
@@ -42,8 +49,11 @@ FLAG_KEYS = {
     "state_dir": "state_dir", "data_root": "data_roots",
     "keep_checkpoints": "checkpoints.keep", "max_pipelines": "limits.max_pipelines",
     "max_streams": "limits.max_streams",
-    "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s", "token": "auth.token",
+    "redis_timeout": "redis.timeout_s", "grace": "drain.grace_s",
     "log_level": "log.level", "log_format": "log.format", "metrics_listen": "metrics.listen",
+    "tls_cert": "tls.cert_file", "tls_key": "tls.key_file",
+    "tls_client_ca": "tls.client_ca_file", "tokens_file": "auth.tokens_file",
+    "health_listen": "health.listen", "reflection": "reflection",
 }
 
 
@@ -72,7 +82,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-streams", type=int, help="consumer streams served at once")
     p.add_argument("--redis-timeout", type=float, help="timeout of every Redis call (s)")
     p.add_argument("--grace", type=float, help="seconds a SIGTERM drain waits for streams")
-    p.add_argument("--token", help="require 'authorization: Bearer TOKEN' metadata")
+    p.add_argument("--tls-cert", metavar="FILE",
+                   help="serve TLS with this certificate chain (PEM; read again on change)")
+    p.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    p.add_argument("--tls-client-ca", metavar="FILE",
+                   help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--tokens-file", metavar="FILE",
+                   help="YAML file of 'name: token' entries clients authenticate with")
+    p.add_argument("--health-listen", metavar="HOST:PORT",
+                   help="also serve the health service alone, in plaintext, here")
+    p.add_argument("--reflection", action="store_const", const=True,
+                   help="serve gRPC server reflection (off by default)")
     p.add_argument("--log-level", type=str.lower, help="debug, info, warning or error")
     p.add_argument("--log-format", choices=FORMATS,
                    help="log lines on stderr as text or one JSON object per line")
@@ -112,33 +132,20 @@ def check_config(cfg: configuration.ServerConfig) -> None:
         if not Path(root).is_dir():
             raise err(f"data_roots[{i}]: {root!r} is not a directory")
     addresses = {"listen": cfg.listen, "metrics.listen": cfg.metrics.listen,
-                 "advertise": cfg.advertise}
+                 "advertise": cfg.advertise, "health.listen": cfg.health.listen}
     for key, value in addresses.items():
         if value is not None:
             try:
                 host_port(value, key)
             except InvalidArgument as exc:
                 raise err(exc.message) from None
-    if cfg.auth.token and cfg.auth.token_file:
-        raise err("auth: give token or token_file, not both")
-
-
-def read_token(cfg: configuration.ServerConfig) -> str | None:
-    if cfg.auth.token_file is None:
-        return cfg.auth.token
-    try:
-        token = Path(cfg.auth.token_file).read_text().strip()
-    except OSError as exc:
-        raise configuration.ConfigError(f"auth.token_file: cannot read {cfg.auth.token_file!r}:"
-                                        f" {exc.strerror or exc}") from None
-    if not token:
-        raise configuration.ConfigError(f"auth.token_file: {cfg.auth.token_file!r} is empty")
-    return token
+    check_security(cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
     metrics_http: MetricsServer | None = None
+    health_only: grpc.Server | None = None
     try:
         cfg = load_config(argv)
         configure_logging(cfg.log.level, cfg.log.format)
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         from conveyor_server.app.metrics import Metrics, serve_metrics
         from conveyor_server.engine.behaviour.measure import measure
         from conveyor_server.service.lifecycle import Runtime
-        from conveyor_server.service.server import create_server
+        from conveyor_server.service.server import create_server, serve_health
 
         for i, root in enumerate(cfg.data_roots):  # errors to clients name <root i>
             log.info("data root %d: %s (errors name its files <root %d>/...)",
@@ -155,9 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
                                           cfg.allocator.trim_threshold_bytes))
         specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
-        token = read_token(cfg)
-        if token is None:
-            log.info("no auth.token or auth.token_file: clients are not authenticated")
+        security = build_security(cfg)
+        security.log_summary(cfg.listen)
         url = cfg.redis.url
         if not url and cfg.redis.mode == "standalone":
             embedded = RedisProcess(Path(cfg.state_dir) / "redis", appendonly=True).start()
@@ -180,13 +186,23 @@ def main(argv: list[str] | None = None) -> int:
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,
             keep_checkpoints=cfg.checkpoints.keep, max_pipelines=cfg.limits.max_pipelines,
             max_streams=cfg.limits.max_streams, first_message_s=cfg.limits.first_message_s,
-            token=token, drain_wait=cfg.drain.grace_s / 2, limits=limits, behaviour=behaviour,
-            worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
-            keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s))
+            authenticator=security.authenticator, credentials=security.credentials,
+            reflection=cfg.reflection, drain_wait=cfg.drain.grace_s / 2, limits=limits,
+            behaviour=behaviour, keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s),
+            worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at))
+        startup = StartupCalls(security.authenticator)
+        if cfg.pipelines:
+            startup.bind(server)
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)
         runtime = Runtime(server, service, health_servicer)
         runtime.start(serving=not cfg.pipelines)
+        if cfg.health.listen is not None:  # after start: it says NOT_SERVING until ready
+            try:
+                health_only, health_port = serve_health(cfg.health.listen, health_servicer)
+            except BaseException:
+                runtime.stop()
+                raise
         runtime.install_signal_handlers(cfg.drain.grace_s)
         host = cfg.listen.rpartition(":")[0]
         # Lines on stdout that tools can parse; everything else goes to the log.
@@ -195,11 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_http is not None and cfg.metrics.listen is not None:
             metrics_host = cfg.metrics.listen.rpartition(":")[0]
             print(f"conveyor-server metrics on {metrics_host}:{metrics_http.port}", flush=True)
+        if health_only is not None and cfg.health.listen is not None:
+            health_host = cfg.health.listen.rpartition(":")[0]
+            print(f"conveyor-server health on {health_host}:{health_port}", flush=True)
         if cfg.pipelines:
-            local = "127.0.0.1" if host in ("0.0.0.0", "", "[::]", "::") else host
             try:
-                with Client(f"{local}:{port}", token=token, timeout=60) as client:
-                    start_pipelines(client, cfg.pipelines, specs)
+                with startup.clients({e.owner for e in cfg.pipelines}) as clients:
+                    start_pipelines(clients, cfg.pipelines, specs)
             except BaseException:
                 runtime.stop()
                 raise
@@ -214,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conveyor-server: {exc}", file=sys.stderr)
         return 2
     finally:
+        if health_only is not None:
+            health_only.stop(0)
         if metrics_http is not None:
             metrics_http.close()
         if embedded is not None:

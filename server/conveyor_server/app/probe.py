@@ -3,11 +3,15 @@ checks.
 
     python -m conveyor_server.app.probe [--address 127.0.0.1:50051]
                                         [--service conveyor.v1.Conveyor] [--timeout 2]
+                                        [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
+                                         [--tls-server-name NAME]]
 
 Exits 0 when the service answers SERVING and 1 otherwise, printing one line that says why
 (the status it answered, that the address was unreachable, that it does not know the
 service, ...). A draining server (SIGTERM) answers NOT_SERVING. Kubernetes uses its native
-gRPC probes instead; this is what the image's HEALTHCHECK runs.
+gRPC probes instead; this is what the image's HEALTHCHECK runs. A server with TLS is
+checked over TLS with ``--tls-ca`` (``CONVEYOR_TLS_CA``; a client certificate too where it
+requires one), or on its plaintext health port (``health.listen``), which needs nothing.
 """
 
 from __future__ import annotations
@@ -20,16 +24,23 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from conveyor.channel import SERVICE_NAME, SERVING, health_status
+from conveyor.credentials import TlsOptions, add_tls_arguments, open_channel, tls_from_args
+from conveyor.errors import ConveyorError
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_SERVICE = SERVICE_NAME
 
 
-def check(address: str, service: str, timeout: float) -> tuple[bool, str]:
-    """Ask ``address`` for the health of ``service`` ("" is the whole server).
-    Returns (serving, one line saying what was found)."""
+def check(address: str, service: str, timeout: float,
+          tls: TlsOptions | None = None) -> tuple[bool, str]:
+    """Ask ``address`` for the health of ``service`` ("" is the whole server), over TLS
+    with ``tls``. Returns (serving, one line saying what was found)."""
     what = f"service {service!r}" if service else "the server"
-    with grpc.insecure_channel(address) as channel:
+    try:
+        channel = open_channel(address, tls)
+    except ConveyorError as exc:
+        return False, f"cannot check {address}: {exc.message}"
+    with channel:
         try:
             answer = health_status(channel, service, timeout)
         except grpc.RpcError as exc:
@@ -58,10 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--service", default=DEFAULT_SERVICE,
                    help=f"service to check; '' for the whole server (default {DEFAULT_SERVICE})")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait (default 2)")
+    add_tls_arguments(p)
     args = p.parse_args(argv)
     if args.timeout <= 0:
         p.error("--timeout must be > 0")
-    serving, line = check(args.address, args.service, args.timeout)
+    try:
+        tls = tls_from_args(args)
+    except ConveyorError as exc:
+        p.error(exc.message)
+    serving, line = check(args.address, args.service, args.timeout, tls)
     print(line, file=sys.stdout if serving else sys.stderr, flush=True)
     return 0 if serving else 1
 

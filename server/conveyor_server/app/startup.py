@@ -1,10 +1,11 @@
 """Pipelines named in the configuration: read their specs before the server starts, and
 create (or take over) them through the server's own API once it listens, before health
-says SERVING."""
+says SERVING, each as its ``owner`` (a client per owner: ``security.StartupCalls``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -49,32 +50,34 @@ def load_spec(entry: PipelineEntry, index: int) -> pipeline_pb2.PipelineSpec:
     return spec
 
 
-def start_pipelines(client: Client, entries: tuple[PipelineEntry, ...],
+def start_pipelines(clients: Mapping[str | None, Client], entries: tuple[PipelineEntry, ...],
                     loaded: list[pipeline_pb2.PipelineSpec]) -> None:
-    """Create each configured pipeline; a name already claimed is skipped, taken over from
-    its latest checkpoint, or refused, as its ``if_exists`` says. If one fails, the names
-    created here before it are released again, so a failed start leaves nothing claimed
-    by a server that is gone."""
-    created: list[str] = []
+    """Create each configured pipeline with the client of its owner; a name already
+    claimed is skipped, taken over from its latest checkpoint, or refused, as its
+    ``if_exists`` says. If one fails, the names created here before it are released
+    again, so a failed start leaves nothing claimed by a server that is gone."""
+    created: list[PipelineEntry] = []
     try:
-        _start(client, entries, loaded, created)
+        _start(clients, entries, loaded, created)
     except BaseException:
-        for name in reversed(created):
+        for entry in reversed(created):
+            name = entry.name
             try:
-                client.delete(name)
+                clients[entry.owner].delete(name)
             except errors.ConveyorError as exc:
                 log.warning("could not release %s after a failed start: %s", name,
                             exc.message, extra={"pipeline": name})
         raise
 
 
-def _start(client: Client, entries: tuple[PipelineEntry, ...],
-           loaded: list[pipeline_pb2.PipelineSpec], created: list[str]) -> None:
+def _start(clients: Mapping[str | None, Client], entries: tuple[PipelineEntry, ...],
+           loaded: list[pipeline_pb2.PipelineSpec], created: list[PipelineEntry]) -> None:
     for entry, spec in zip(entries, loaded, strict=True):
         keep = entry.keep_checkpoints or 0
+        client = clients[entry.owner]
         try:
             client.create(entry.name, spec, keep_checkpoints=keep)
-            created.append(entry.name)
+            created.append(entry)
             log.info("created pipeline %s from the configuration", entry.name,
                      extra={"pipeline": entry.name})
             continue

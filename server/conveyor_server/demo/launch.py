@@ -37,10 +37,20 @@ def read_metrics_address(proc: subprocess.Popen[str], timeout: float = 10.0) -> 
     """For a server started by ``spawn_server`` with ``--metrics-listen``: read the line it
     prints next (``conveyor-server metrics on HOST:PORT``) and return "127.0.0.1:PORT".
     On failure the process is gone and ``Unavailable`` says what it printed."""
+    return _read_address(proc, "metrics", timeout)
+
+
+def read_health_address(proc: subprocess.Popen[str], timeout: float = 10.0) -> str:
+    """The same for ``--health-listen`` (``conveyor-server health on HOST:PORT``), printed
+    after the metrics line."""
+    return _read_address(proc, "health", timeout)
+
+
+def _read_address(proc: subprocess.Popen[str], what: str, timeout: float) -> str:
     line = _read_line(proc, timeout)
-    if not line.startswith("conveyor-server metrics on "):
+    if not line.startswith(f"conveyor-server {what} on "):
         _kill(proc)
-        raise Unavailable(f"conveyor-server printed no metrics address within "
+        raise Unavailable(f"conveyor-server printed no {what} address within "
                           f"{timeout:.0f}s: {line.strip() or 'no output'}")
     return "127.0.0.1:" + line.split()[3].rsplit(":", 1)[1]
 

@@ -3,7 +3,8 @@
 Each method is marked with its kind and registered from the descriptor
 (``registration.py``); errors become status codes in ``status.py``; authentication and RPC
 metrics are interceptors. Hosted pipelines live in ``hosted.py``, the stream in
-``stream.py`` and checkpoint writing in ``checkpoints.py``.
+``stream.py`` and checkpoint writing in ``checkpoints.py``. Each method first asks
+``access.py`` whether the caller may act on the pipeline.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviou
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
+from conveyor_server.service.access import Access
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
+from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
@@ -87,6 +90,10 @@ class ConveyorService:
         self.workers = ThreadPoolExecutor(self.worker_threads,
                                           thread_name_prefix="conveyor-worker")
         observer.watch_hosted(self.pipelines.count)
+        #: Who may do what; ``create_server`` gives it the configured authenticator.
+        self.access = Access(Authenticator(), store, self.pipelines)
+        self.streams.authorize = lambda context, name: self.access.require(
+            context, name, "stream")
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:
@@ -97,6 +104,7 @@ class ConveyorService:
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,
                        context: grpc.ServicerContext) -> service_pb2.CreatePipelineResponse:
         name = check_name(request.name)
+        creator = self.access.creating(context)
         if not request.HasField("spec"):
             raise InvalidArgument("CreatePipeline needs a spec")
         self.pipelines.check_capacity(name)
@@ -105,12 +113,13 @@ class ConveyorService:
         claimed = time.monotonic()  # the lease runs from before the claim
         try:
             gen = self.store.create(name, self.address, self.instance,
-                                    engine.fingerprint.hex(), keep)
+                                    engine.fingerprint.hex(), keep, creator)
         except BaseException:
             engine.close()
             raise
         hosted = HostedPipeline(name, engine, gen, keep,
                                 lease_until=claimed + self.store.lease)
+        hosted.creator = creator
         self.pipelines.host(hosted)
         log.info("created pipeline %s (generation %d)", name, gen,
                  extra={"pipeline": name, "generation": gen})
@@ -134,6 +143,7 @@ class ConveyorService:
     @rpc_kinds.unary
     def DeletePipeline(self, request: service_pb2.DeletePipelineRequest,
                        context: grpc.ServicerContext) -> service_pb2.DeletePipelineResponse:
+        self.access.require(context, request.name, "delete")
         if request.force and self.pipelines.get(check_name(request.name)) is None:
             # An operator's delete of a pipeline held elsewhere (its server gone): the
             # name is released whoever holds it, and a holder still alive is fenced.
@@ -164,12 +174,15 @@ class ConveyorService:
     @rpc_kinds.unary
     def ListPipelines(self, request: service_pb2.ListPipelinesRequest,
                       context: grpc.ServicerContext) -> service_pb2.ListPipelinesResponse:
+        caller = self.access.caller(context)
         names = self.store.names()
         owners = self.store.owners(names)
         local = {h.name: h for h in self.pipelines.all()}
         out = service_pb2.ListPipelinesResponse()
         for name in names:
             owner = owners.get(name)
+            if owner is not None and not self.access.may(caller, owner.creator):
+                continue  # another identity's
             hosted = local.get(name)
             if hosted is not None and owner is not None and owner.instance == self.instance:
                 out.pipelines.append(hosted.info(self.address, include_spec=False))
@@ -181,6 +194,7 @@ class ConveyorService:
     def DescribePipeline(self, request: service_pb2.DescribePipelineRequest,
                          context: grpc.ServicerContext) -> service_pb2.DescribePipelineResponse:
         name = check_name(request.name)
+        self.access.require(context, name, "describe")
         hosted = self.pipelines.get(name)
         if hosted is not None and hosted.ended is None:
             return service_pb2.DescribePipelineResponse(pipeline=hosted.info(self.address))
@@ -197,6 +211,7 @@ class ConveyorService:
     @rpc_kinds.unary
     def Checkpoint(self, request: service_pb2.CheckpointRequest,
                    context: grpc.ServicerContext) -> service_pb2.CheckpointResponse:
+        self.access.require(context, request.name, "checkpoint")
         hosted = self.pipelines.local(request.name)
         batches = request.consumed if request.HasField("consumed") else hosted.acknowledged
         produced = hosted.engine.batches_produced
@@ -213,6 +228,7 @@ class ConveyorService:
                 context: grpc.ServicerContext) -> service_pb2.RestoreResponse:
         started = time.perf_counter()
         name = check_name(request.name)
+        claim = self.access.restoring(context, name, request)
         source = request.WhichOneof("source")
         if source == "checkpoint_id":
             blob = self.store.read_checkpoint(request.checkpoint_id).blob or b""
@@ -239,13 +255,15 @@ class ConveyorService:
         self.kill_points.reached("restore.before_claim")
         try:
             gen, previous = self.store.take_over(name, self.address, self.instance,
-                                                 engine.fingerprint.hex(), keep)
+                                                 engine.fingerprint.hex(), keep,
+                                                 claim.creator, claim.expect_creator)
         except BaseException:
             engine.close()
             raise
         self.kill_points.reached("restore.after_claim")
         hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position,
                                 lease_until=claimed + self.store.lease)
+        hosted.creator = claim.creator
         self.pipelines.host(hosted)
         self.observer.restored(time.perf_counter() - started)
         fields: dict[str, object] = {"pipeline": name, "batches": position,
@@ -262,7 +280,8 @@ class ConveyorService:
     def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,
                         context: grpc.ServicerContext) -> service_pb2.ListCheckpointsResponse:
         name = check_name(request.name)
-        found = self.store.list_checkpoints(name)
+        self.access.require(context, name, "list the checkpoints of")
+        found = self.access.visible(context, self.store.list_checkpoints(name))
         if not found and self.store.owner(name) is None:
             raise NotFound(f"pipeline {name!r} does not exist and has no checkpoints")
         return service_pb2.ListCheckpointsResponse(
@@ -272,6 +291,7 @@ class ConveyorService:
     def GetCheckpoint(self, request: service_pb2.GetCheckpointRequest,
                       context: grpc.ServicerContext) -> service_pb2.GetCheckpointResponse:
         stored = self.store.read_checkpoint(request.id)
+        self.access.require_checkpoint(context, stored)
         ckpt.open_blob(stored.blob or b"")
         return service_pb2.GetCheckpointResponse(checkpoint=checkpoint_info(stored),
                                                  data=stored.blob)

@@ -32,6 +32,7 @@ from conveyor.errors import (
 )
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.store.records import ANONYMOUS
 from conveyor_server.store.store import Store, StoredCheckpoint, check_name
 
 log = logging.getLogger("conveyor.server")
@@ -66,6 +67,8 @@ class HostedPipeline:
     consumer: int = 0
     #: Held by the stream around its engine calls, and by ``attach`` to move the engine.
     engine_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The identity that created the pipeline: who may use it besides operators (access.py).
+    creator: str = ANONYMOUS
 
     def attach(self, start: int) -> int:
         """Become this pipeline's consumer, starting after ``start`` consumed batches; a

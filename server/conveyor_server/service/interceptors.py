@@ -2,24 +2,35 @@
 
 - ``RpcMetrics``: counts each call by method and final status code (``CANCELLED`` for a
   stream the client went away from).
-- ``BearerAuth``: refuses a call without ``authorization: Bearer TOKEN`` with
-  UNAUTHENTICATED, before the handler runs (the token is compared in constant time).
+- ``Authentication``: identifies the caller (``identity.py``: a token compared in
+  constant time, a client certificate, or a loopback peer) before the request is even
+  parsed, and refuses one it cannot identify with UNAUTHENTICATED. The handler receives
+  the request's bytes and parses them only then, so an unauthenticated peer never reaches
+  the protobuf parser.
 
-Both leave other services alone: the health service must answer probes without a token,
-and reflection describes the API only.
+Both leave other services alone: the health service must answer probes without
+credentials, and reflection (when switched on) describes the API only.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
-from conveyor.channel import AUTHORIZATION_KEY, SERVICE_NAME, bearer
+from conveyor.channel import SERVICE_NAME
+from conveyor.errors import ConveyorError, InvalidArgument
+from conveyor_server.service import status
+from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.observer import ServiceObserver
-from conveyor_server.service.rpc_kinds import Behaviour, rewrap
+from conveyor_server.service.rpc_kinds import (
+    Behaviour,
+    behaviour_of,
+    handler_kind,
+    method_handler,
+    rewrap,
+)
 
 _PREFIX = f"/{SERVICE_NAME}/"
 Continuation = Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None]
@@ -74,23 +85,49 @@ class RpcMetrics(grpc.ServerInterceptor):
         return call
 
 
-class BearerAuth(grpc.ServerInterceptor):
-    def __init__(self, token: str) -> None:
-        self._expected = bearer(token).encode()
+class Authentication(grpc.ServerInterceptor):
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
 
     def intercept_service(self, continuation: Continuation,
                           details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        if _conveyor_method(details) is None:
-            return continuation(details)
-        metadata = details.invocation_metadata
-        given = dict(metadata or ()).get(AUTHORIZATION_KEY, "")
-        if hmac.compare_digest(str(given).encode(), self._expected):
-            return continuation(details)
         handler = continuation(details)
-        return None if handler is None else rewrap(handler, lambda behaviour, _: _deny)
+        method = _conveyor_method(details)
+        if handler is None or method is None:
+            return handler
+        return self._identified_first(handler, method)
 
+    def _identified_first(self, handler: grpc.RpcMethodHandler,
+                          method: str) -> grpc.RpcMethodHandler:
+        """``handler`` taking the request's bytes: the caller is identified first, then
+        the bytes are parsed and the handler's behaviour runs."""
+        behaviour, parse = behaviour_of(handler), handler.request_deserializer
+        identify = self._authenticator.identify
 
-def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                  "missing or wrong token: pass the server's token (Client(..., token=...) "
-                  "or CONVEYOR_TOKEN)")
+        def parsed(raw: bytes) -> Any:
+            try:
+                return parse(raw) if parse is not None else raw
+            except Exception:  # protobuf's DecodeError: not a message of the request's type
+                raise InvalidArgument(f"{method}: the request is not a valid "
+                                      "message") from None
+
+        def start(request: Any, context: grpc.ServicerContext) -> Any:
+            """The parsed request (an iterator of them for a streamed request), once the
+            caller is identified; the call ends here otherwise."""
+            try:
+                identify(context)
+                return map(parsed, request) if handler.request_streaming else parsed(request)
+            except ConveyorError as exc:
+                status.abort(context, exc, method)  # raises: the call ends here
+                raise
+
+        if handler.response_streaming:
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                yield from behaviour(start(request, context), context)
+            checked: Behaviour = stream
+        else:
+            def call(request: Any, context: grpc.ServicerContext) -> Any:
+                return behaviour(start(request, context), context)
+            checked = call
+        return method_handler(handler_kind(handler), checked, None,
+                              handler.response_serializer)

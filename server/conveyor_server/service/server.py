@@ -1,9 +1,12 @@
 """Assemble the gRPC server: ``create_server`` apart from serving it (``lifecycle.Runtime``).
 
 ``create_server(address, store, data_roots, observer=...)`` binds (port 0 picks a free
-one) and adds the Conveyor service with its interceptors (RPC metrics, then the bearer
-token when one is given), the standard health service and reflection. It returns the
-server, its port, the servicer and the health servicer.
+one; over TLS with ``credentials``, see ``tls.py``) and adds the Conveyor service with its
+interceptors (RPC metrics, then authentication: ``authenticator``, by default the
+loopback-only mode of ``identity.py``), the standard health service and, when
+``reflection`` is on, server reflection. It returns the server, its port, the servicer and
+the health servicer. ``serve_health`` serves that health servicer alone on a plaintext
+port, for probes that cannot speak TLS.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection as server_reflection
 
 from conveyor.channel import (
     CHANNEL_OPTIONS,
@@ -27,7 +30,8 @@ from conveyor.channel import (
 from conveyor_server.engine.behaviour.measure import Behaviour
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service.handlers import ConveyorService
-from conveyor_server.service.interceptors import BearerAuth, RpcMetrics
+from conveyor_server.service.identity import Authenticator
+from conveyor_server.service.interceptors import Authentication, RpcMetrics
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
@@ -38,7 +42,9 @@ from conveyor_server.store.store import Store
 def create_server(
     address: str, store: Store, data_roots: Sequence[str | Path], *,
     observer: ServiceObserver, advertise: str | None = None, keep_checkpoints: int = 10,
-    max_pipelines: int = 64, token: str | None = None, max_streams: int = 64,
+    max_pipelines: int = 64, authenticator: Authenticator | None = None,
+    credentials: grpc.ServerCredentials | None = None, reflection: bool = False,
+    max_streams: int = 64,
     first_message_s: float = FIRST_MESSAGE_S,
     drain_wait: float = 5.0, limits: EngineLimits = NO_LIMITS,
     behaviour: Behaviour | None = None, worker_threads: int = 0,
@@ -46,9 +52,9 @@ def create_server(
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     slots = StreamSlots(max_streams, first_message_s)
-    interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer)]
-    if token:
-        interceptors.append(BearerAuth(token))
+    authenticator = authenticator or Authenticator()
+    interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer),
+                                                  Authentication(authenticator)]
     server = grpc.server(
         # Streams hold a thread each: the pool keeps threads beyond the stream cap, so
         # unary RPCs and health checks are never starved by streams.
@@ -57,7 +63,8 @@ def create_server(
         interceptors=interceptors,
         options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
     try:
-        port = server.add_insecure_port(address)
+        port = (server.add_insecure_port(address) if credentials is None
+                else server.add_secure_port(address, credentials))
     except RuntimeError:
         port = 0
     if port == 0:
@@ -72,10 +79,31 @@ def create_server(
                               drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour,
                               worker_threads=worker_threads, kill_points=kill_points)
+    service.access.authenticator = authenticator
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME), server)
+    if reflection:
+        server_reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             server_reflection.SERVICE_NAME), server)
     return server, port, service, health_servicer
+
+
+def serve_health(address: str, health_servicer: health.HealthServicer) -> tuple[grpc.Server,
+                                                                                 int]:
+    """Start a plaintext server on ``address`` with the health service only (the same
+    servicer, so it says what the main port says); returns it and its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2,
+                                                    thread_name_prefix="conveyor-health"),
+                         options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot listen on {address} (health.listen): the port is in use or "
+                      "not allowed")
+    server.start()
+    return server, port

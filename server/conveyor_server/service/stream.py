@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -46,6 +46,9 @@ class BatchStreams:
         self._drain_wait = drain_wait
         self.slots = slots
         self.draining = threading.Event()
+        #: Refuses a caller that may not stream the named pipeline (set by the servicer).
+        self.authorize: Callable[[grpc.ServicerContext, str], object] = \
+            lambda context, name: None
 
     def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         with self.slots.slot():
@@ -53,6 +56,7 @@ class BatchStreams:
 
     def _serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         first = first_request(requests, context, self.slots.first_message_s)
+        self.authorize(context, first.name)
         hosted = self._pipelines.local(first.name)
         token = hosted.attach(first.consumed)
         peer = context.peer()

@@ -1,6 +1,7 @@
 """The store room: pipeline names and checkpoints in Redis.
 
-Holds the ``Store`` (``store.py``) with its Lua scripts (``scripts/*.lua``, read once), the
+Holds the ``Store`` (``store.py``) with its Lua scripts (``scripts/*.lua``, read once) and
+the records it reads back, owners and checkpoints with their creators (``records.py``); the
 connection modes: standalone, TLS, Sentinel, Cluster (``connect.py``), and the embedded
 ``redis-server`` the server starts when it is given no Redis (``redis_process.py``).
 

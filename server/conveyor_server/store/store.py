@@ -4,14 +4,15 @@ Keys of one pipeline share the hash tag ``{name}``, so a Redis Cluster keeps the
 slot and the Lua scripts (``scripts/``) stay atomic:
 
     conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep,
-                               latest (the newest checkpoint's seq), latest_id (its id)
+                               latest (the newest checkpoint's seq), latest_id (its id),
+                               creator (the identity that created it: who may use it)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
     conveyor:{name}:seq        checkpoint sequence counter
     conveyor:{name}:lease      the holder's instance, expiring unless renewed (survives delete too)
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
-                               nonce
+                               nonce, creator (the owner's, when it was written)
     conveyor:pipelines         set of claimed names (for listing)
     conveyor:listing:<sha256>  a reader's compressed file listing, by its digest (kept 30
                                days after last use; names the first changed file when a
@@ -31,8 +32,9 @@ except on a Redis Cluster, where it lives in another slot and is updated by a se
 command just after (listing then checks each name's owner, so a name is never listed after
 its owner key is gone).
 
-Every call has a timeout and no retries; Redis errors become ``Unavailable`` naming the
-address without credentials.
+The records read back (owner, checkpoint) are in ``records.py``; those written before
+creators were recorded belong to ``ANONYMOUS``. Every call has a timeout and no retries;
+Redis errors become ``Unavailable`` naming the address without credentials.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -54,12 +55,14 @@ from redis.exceptions import RedisClusterException
 from conveyor.errors import (
     AlreadyExists,
     CorruptCheckpoint,
+    FailedPrecondition,
     Fenced,
     InvalidArgument,
     NotFound,
     Unavailable,
 )
 from conveyor_server.store.connect import Connection, RedisConfig, connect
+from conveyor_server.store.records import ANONYMOUS, Owner, StoredCheckpoint, owner_of
 
 log = logging.getLogger("conveyor.server")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -69,8 +72,6 @@ PIPELINES_KEY = "conveyor:pipelines"
 LEASE_S = 30.0
 #: How long a reader's file listing is kept after its pipeline last used it (30 days).
 LISTING_TTL_S = 30 * 24 * 3600
-
-
 def check_name(name: str) -> str:
     if not NAME_PATTERN.fullmatch(name or ""):
         raise InvalidArgument(f"pipeline name {name!r} is invalid: use 1-128 characters from "
@@ -108,30 +109,6 @@ def _listing_key(digest: bytes) -> str:
 
 def _k(name: str, suffix: str) -> str:
     return f"conveyor:{{{name}}}:{suffix}"
-
-
-@dataclass(frozen=True)
-class Owner:
-    holder: str
-    instance: str
-    generation: int
-    fingerprint: str
-    keep: int
-    latest: int
-    #: The newest checkpoint's full id, "" if none.
-    latest_id: str
-
-
-@dataclass(frozen=True)
-class StoredCheckpoint:
-    id: str
-    pipeline: str
-    batches: int
-    created_ms: int
-    size: int
-    server: str
-    generation: int
-    blob: bytes | None = None
 
 
 @functools.cache
@@ -189,11 +166,13 @@ class Store:
 
     # -- names ---------------------------------------------------------------------
 
-    def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int) -> int:
-        """Claim a free name, or one whose holder's lease ran out."""
+    def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int,
+               creator: str = ANONYMOUS) -> int:
+        """Claim a free name for ``creator``, or its own whose holder's lease ran out."""
         keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
         ok, value = self._call("create", lambda: self._create(
-            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms]))
+            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
+                             creator]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
                                 f"{value.decode()}", holder=value.decode())
@@ -201,12 +180,20 @@ class Store:
         return int(value)
 
     def take_over(self, name: str, holder: str, instance: str, fingerprint: str,
-                  keep: int) -> tuple[int, str]:
-        """Claim ``name`` for this server, raising its generation. Returns (generation,
-        previous holder or "")."""
+                  keep: int, creator: str = ANONYMOUS,
+                  expect_creator: str | None = None) -> tuple[int, str]:
+        """Claim ``name`` for this server, raising its generation, with ``creator`` as its
+        creator. ``expect_creator``: the creator the caller was authorised against ("" for
+        a free name); if the name changed hands since, nothing is taken over
+        (FailedPrecondition). Returns (generation, previous holder or "")."""
         keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
+        expected = "-" if expect_creator is None else expect_creator
         gen, previous = self._call("restore", lambda: self._take_over(
-            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms]))
+            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
+                             creator, expected]))
+        if int(gen) < 0:
+            raise FailedPrecondition(f"pipeline {name!r} changed hands while it was being "
+                                     "restored: nothing was taken over; try again")
         self._replicated("the take-over")
         self._update_set("sadd", name)
         return int(gen), previous.decode()
@@ -270,7 +257,7 @@ class Store:
 
     def owner(self, name: str) -> Owner | None:
         raw = self._call("describe", lambda: self._redis.hgetall(_k(name, "owner")))
-        return _owner(name, raw)
+        return owner_of(name, raw)
 
     def owners(self, names: list[str]) -> dict[str, Owner | None]:
         def fetch() -> list[Any]:
@@ -278,7 +265,7 @@ class Store:
             for name in names:
                 pipe.hgetall(_k(name, "owner"))
             return pipe.execute()
-        return {name: _owner(name, raw)
+        return {name: owner_of(name, raw)
                 for name, raw in zip(names, self._call("read owners", fetch), strict=True)}
 
     def names(self) -> list[str]:
@@ -314,7 +301,8 @@ class Store:
         """Exactly the checkpoint ``cid`` names, or NotFound (never another one that got
         its sequence number)."""
         name, seq, nonce = parse_checkpoint_id(cid)
-        fields = ["batches", "created_ms", "server", "generation", "sha256", "nonce"]
+        fields = ["batches", "created_ms", "server", "generation", "sha256", "nonce",
+                  "creator"]
         if with_blob:
             fields.append("blob")
         values = self._call("read checkpoint", lambda: self._redis.hmget(
@@ -326,12 +314,13 @@ class Store:
             raise NotFound(f"checkpoint {cid!r} no longer exists: its sequence number now "
                            "holds another checkpoint (reused by a later incarnation of the "
                            "pipeline, or after a lost write)")
-        blob = values[6] if with_blob else None
+        blob = values[7] if with_blob else None
         if blob is not None and hashlib.sha256(blob).hexdigest() != values[4].decode():
             raise CorruptCheckpoint(f"checkpoint {cid!r} in Redis fails its integrity check")
         size = len(blob) if blob is not None else 0
         return StoredCheckpoint(cid, name, int(values[0]), int(values[1]), size,
-                                values[2].decode(), int(values[3]), blob)
+                                values[2].decode(), int(values[3]), blob,
+                                (values[6] or ANONYMOUS.encode()).decode())
 
     def list_checkpoints(self, name: str) -> list[StoredCheckpoint]:
         def fetch() -> list[Any]:
@@ -339,7 +328,8 @@ class Store:
             pipe = self._redis.pipeline(transaction=False)
             for s in seqs:
                 key = _k(name, f"ckpt:{int(s)}")
-                pipe.hmget(key, ["batches", "created_ms", "server", "generation", "nonce"])
+                pipe.hmget(key, ["batches", "created_ms", "server", "generation", "nonce",
+                                 "creator"])
                 pipe.hstrlen(key, "blob")
             return [seqs, pipe.execute()]
         seqs, rows = self._call("list checkpoints", fetch)
@@ -350,7 +340,8 @@ class Store:
                 continue  # retired between the two reads
             cid = checkpoint_id(name, int(s), (meta[4] or b"").decode())
             out.append(StoredCheckpoint(cid, name, int(meta[0]), int(meta[1]), int(size),
-                                        meta[2].decode(), int(meta[3])))
+                                        meta[2].decode(), int(meta[3]),
+                                        creator=(meta[5] or ANONYMOUS.encode()).decode()))
         return out
 
 
@@ -369,18 +360,3 @@ class Store:
     def put_listing(self, digest: bytes, listing: bytes) -> None:
         self._call("keep listing", lambda: self._redis.set(
             _listing_key(digest), listing, ex=LISTING_TTL_S, nx=True))
-
-
-def _owner(name: str, raw: dict[bytes, bytes]) -> Owner | None:
-    if not raw:
-        return None
-    latest = int(raw.get(b"latest", 0))
-    latest_id = raw.get(b"latest_id", b"").decode()
-    if latest and not latest_id.startswith(f"{name}:{latest}-"):
-        # The newest checkpoint was written by an older server, which keeps no id: it has
-        # no nonce, so its id is the older form.
-        latest_id = checkpoint_id(name, latest, "")
-    return Owner(
-        holder=raw[b"holder"].decode(), instance=raw[b"instance"].decode(),
-        generation=int(raw[b"generation"]), fingerprint=raw[b"fingerprint"].decode(),
-        keep=int(raw[b"keep"]), latest=latest, latest_id=latest_id if latest else "")

@@ -1,14 +1,19 @@
--- Claim a new name: fails (0, holder) if it is held under a live lease; else (a free name,
--- or one whose holder's lease ran out) raises the generation, records this server as the
--- holder and starts its lease. Returns {1, generation}.
--- KEYS: owner, gen, lease, [set]   ARGV: name, holder, instance, fingerprint, keep, lease_ms
-if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
+-- Claim a new name: fails (0, holder) if it is held under a live lease, or by another
+-- creator whose server's lease ran out (their pipeline is theirs to restore); else (a free
+-- name, or the same creator's with an expired lease) raises the generation, records this
+-- server as the holder and the caller as the creator, and starts its lease.
+-- Returns {1, generation}. Owners written before creators were recorded count as
+-- 'anonymous'.
+-- KEYS: owner, gen, lease, [set]
+-- ARGV: name, holder, instance, fingerprint, keep, lease_ms, creator
+if redis.call('EXISTS', KEYS[1]) == 1 and (redis.call('EXISTS', KEYS[3]) == 1 or
+    (redis.call('HGET', KEYS[1], 'creator') or 'anonymous') ~= ARGV[7]) then
   return {0, redis.call('HGET', KEYS[1], 'holder')}
 end
 local gen = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
-           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0)
+           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0, 'creator', ARGV[7])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[6])
 if KEYS[4] then redis.call('SADD', KEYS[4], ARGV[1]) end
 return {1, gen}
