@@ -161,7 +161,9 @@ def test_checkpoints_stay_their_creators_also_after_a_delete(secured: Secured) -
             bob.checkpoints("kept")
         with pytest.raises(errors.PermissionDenied):
             bob.delete("kept", force=True)
-        assert [c.id for c in ops.checkpoints("kept")] == [ckpt.id]
+        # The creation checkpoint (batch 0) and alice's.
+        assert [c.id for c in ops.checkpoints("kept")][-1] == ckpt.id
+        assert [c.batches for c in ops.checkpoints("kept")] == [0, 1]
         assert ops.get_checkpoint(ckpt.id).data == ckpt.data
         alice.delete("kept", keep_checkpoints=True)
         # The name is free, but its checkpoints are still alice's: Redis kept the creator.

@@ -43,8 +43,8 @@ def test_server_without_redis_url_runs_a_private_persistent_redis(tmp_path: Path
     second = ServerProcess(None, [root], tmp_path, "--state-dir", str(state)).start()
     try:
         with client(second) as c:
-            kept = c.checkpoints("embedded")  # ours, then the SIGTERM drain's
-            assert kept[0].id == ckpt.id and len(kept) == 2
+            kept = c.checkpoints("embedded")  # at creation, ours, the SIGTERM drain's
+            assert kept[1].id == ckpt.id and len(kept) == 3
             restored = c.restore("embedded", checkpoint=ckpt.id)
             got = restored.run()
             assert [s.tobytes() for s in got[0]] == [s.tobytes() for s in expected[0]]
