@@ -49,6 +49,8 @@ def _describe(info: service_pb2.PipelineInfo) -> None:
     print(f"name:          {info.name}")
     print(f"holder:        {info.holder} (generation {info.generation})")
     print(f"fingerprint:   {info.fingerprint}")
+    if info.run_id:
+        print(f"run:           {info.run_id}")
     if info.holder and info.spec.batch_size:
         print(f"batch size:    {info.spec.batch_size}  seed: {info.spec.seed}  "
               f"checkpointing: {'on' if info.spec.enable_checkpointing else 'off'}")

@@ -18,6 +18,7 @@ from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
 from conveyor.connection import Connection, addresses
 from conveyor.credentials import TlsOptions, read_token
+from conveyor.opening import open_pipeline
 from conveyor.remote import RemotePipeline
 from conveyor.v1 import pipeline_pb2, service_pb2
 
@@ -32,6 +33,8 @@ class Checkpoint:
     batches: int
     created_unix_ms: int
     server: str
+    #: The run the pipeline belonged to ("" if none was named).
+    run_id: str = ""
 
 
 class Client:
@@ -114,20 +117,32 @@ class Client:
     # -- pipelines -------------------------------------------------------------------
 
     def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
-               keep_checkpoints: int = 0) -> RemotePipeline:
+               keep_checkpoints: int = 0, run_id: str = "") -> RemotePipeline:
+        """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
+        that consumes it, recorded with it and its checkpoints (see ``open``)."""
         reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
-            name=name, spec=spec, keep_checkpoints=keep_checkpoints))
+            name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id))
         return RemotePipeline(self, reply.pipeline, via=self._preferred)
+
+    def open(self, name: str, spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+             consumed: int | None = None, keep_checkpoints: int = 0) -> RemotePipeline:
+        """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
+        the same ``run_id`` (or None) goes on where the run stood, at its newest
+        checkpoint or after ``consumed`` batches; another ``run_id`` starts a fresh stream
+        from batch 0 with the same spec. See ``opening.py``."""
+        return open_pipeline(self, name, spec, run_id=run_id, consumed=consumed,
+                             keep_checkpoints=keep_checkpoints)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: pipeline_pb2.PipelineSpec | None = None,
                 keep_checkpoints: int = 0, consumed: int | None = None,
-                via: str | None = None) -> RemotePipeline:
+                via: str | None = None, run_id: str | None = None) -> RemotePipeline:
         """Host ``name`` on this server from ``checkpoint``. ``consumed``: the batches this
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
         after it): the stream then starts after them, so none is received twice.
-        ``via``: the server to host it on (by default the first that answers)."""
+        ``via``: the server to host it on (by default the first that answers).
+        ``run_id``: the run it belongs to from now on (by default the checkpoint's)."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
         if isinstance(checkpoint, Checkpoint):
             request.checkpoint_id = checkpoint.id
@@ -139,6 +154,8 @@ class Client:
             request.spec.CopyFrom(spec)
         if consumed is not None:
             request.consumed = consumed  # checked by the server before it takes the name
+        if run_id is not None:
+            request.run_id = run_id
         reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
         return RemotePipeline(self, reply.pipeline, consumed=consumed,
@@ -146,12 +163,16 @@ class Client:
 
     def resume(self, name: str, consumed: int, *,
                spec: pipeline_pb2.PipelineSpec | None = None,
-               keep_checkpoints: int = 0, via: str | None = None) -> RemotePipeline:
+               keep_checkpoints: int = 0, via: str | None = None,
+               checkpoints: Sequence[service_pb2.CheckpointInfo] | None = None,
+               ) -> RemotePipeline:
         """Host ``name`` on this server at the trainer's own position, ``consumed`` batches:
         from its newest checkpoint at or before that position (a drain's, a trainer's), in
-        one call, whether its server drained, died or still holds it (it is fenced)."""
-        found = self._call("ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
-                           via=via).checkpoints
+        one call, whether its server drained, died or still holds it (it is fenced).
+        ``checkpoints``: the ones to choose from (by default all of the pipeline's)."""
+        found = checkpoints if checkpoints is not None else self._call(
+            "ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
+            via=via).checkpoints
         usable = [c for c in found if c.batches <= consumed]
         if not usable:
             raise errors.NotFound(f"pipeline {name!r} has no checkpoint at or before batch "
@@ -211,5 +232,5 @@ class Client:
 
 def checkpoint_of(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:
     return Checkpoint(info.id, data, info.pipeline, info.batches, info.created_unix_ms,
-                      info.server)
+                      info.server, info.run_id)
 

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PipelineInfo(_message.Message):
-    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced")
+    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced", "run_id")
     class EpochSizesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class PipelineInfo(_message.Message):
     EPOCH_SIZES_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     generation: int
@@ -42,17 +43,20 @@ class PipelineInfo(_message.Message):
     epoch_sizes: _containers.ScalarMap[str, int]
     samples_skipped: int
     samples_replaced: int
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class CreatePipelineRequest(_message.Message):
-    __slots__ = ("name", "spec", "keep_checkpoints")
+    __slots__ = ("name", "spec", "keep_checkpoints", "run_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     spec: _pipeline_pb2.PipelineSpec
     keep_checkpoints: int
-    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class CreatePipelineResponse(_message.Message):
     __slots__ = ("pipeline",)
@@ -153,7 +157,7 @@ class CheckpointResponse(_message.Message):
     def __init__(self, checkpoint: _Optional[_Union[CheckpointInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class CheckpointInfo(_message.Message):
-    __slots__ = ("id", "pipeline", "batches", "created_unix_ms", "size_bytes", "server", "generation")
+    __slots__ = ("id", "pipeline", "batches", "created_unix_ms", "size_bytes", "server", "generation", "run_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +165,7 @@ class CheckpointInfo(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     pipeline: str
     batches: int
@@ -168,23 +173,26 @@ class CheckpointInfo(_message.Message):
     size_bytes: int
     server: str
     generation: int
-    def __init__(self, id: _Optional[str] = ..., pipeline: _Optional[str] = ..., batches: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., server: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, id: _Optional[str] = ..., pipeline: _Optional[str] = ..., batches: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., server: _Optional[str] = ..., generation: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints", "consumed")
+    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints", "consumed", "run_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     checkpoint_id: str
     data: bytes
     spec: _pipeline_pb2.PipelineSpec
     keep_checkpoints: int
     consumed: int
-    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., consumed: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., consumed: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
     __slots__ = ("pipeline", "batches")

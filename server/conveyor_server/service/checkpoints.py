@@ -8,6 +8,7 @@ Redis by the caller's deadline.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ class CheckpointWriter:
                             extra={"pipeline": hosted.name, "error": exc.message})
             raise
         self._kill_points.reached("checkpoint.after_store")
+        stored = dataclasses.replace(stored, creator=hosted.creator, run_id=hosted.run_id)
         self._observer.checkpoint_written(time.perf_counter() - started)
         hosted.latest_checkpoint = stored.id
         log.info("checkpoint %s of %s after batch %d (%d bytes)", stored.id, hosted.name,

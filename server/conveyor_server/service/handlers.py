@@ -50,7 +50,7 @@ log = logging.getLogger("conveyor.server")
 def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
     return service_pb2.CheckpointInfo(
         id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
-        size_bytes=c.size, server=c.server, generation=c.generation)
+        size_bytes=c.size, server=c.server, generation=c.generation, run_id=c.run_id)
 
 
 def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
@@ -58,7 +58,7 @@ def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
     return service_pb2.PipelineInfo(
         name=name, holder=owner.holder, generation=owner.generation,
         fingerprint=owner.fingerprint,
-        latest_checkpoint=owner.latest_id)
+        latest_checkpoint=owner.latest_id, run_id=owner.run_id)
 
 
 class ConveyorService:
@@ -113,13 +113,13 @@ class ConveyorService:
         claimed = time.monotonic()  # the lease runs from before the claim
         try:
             gen = self.store.create(name, self.address, self.instance,
-                                    engine.fingerprint.hex(), keep, creator)
+                                    engine.fingerprint.hex(), keep, creator, request.run_id)
         except BaseException:
             engine.close()
             raise
         hosted = HostedPipeline(name, engine, gen, keep,
                                 lease_until=claimed + self.store.lease)
-        hosted.creator = creator
+        hosted.creator, hosted.run_id = creator, request.run_id
         self.pipelines.host(hosted)
         log.info("created pipeline %s (generation %d)", name, gen,
                  extra={"pipeline": name, "generation": gen})
@@ -230,8 +230,12 @@ class ConveyorService:
         name = check_name(request.name)
         claim = self.access.restoring(context, name, request)
         source = request.WhichOneof("source")
+        run_id = request.run_id
         if source == "checkpoint_id":
-            blob = self.store.read_checkpoint(request.checkpoint_id).blob or b""
+            stored = self.store.read_checkpoint(request.checkpoint_id)
+            blob = stored.blob or b""
+            if not request.HasField("run_id"):
+                run_id = stored.run_id  # the run goes on
         elif source == "data":
             blob = request.data
         else:
@@ -256,14 +260,14 @@ class ConveyorService:
         try:
             gen, previous = self.store.take_over(name, self.address, self.instance,
                                                  engine.fingerprint.hex(), keep,
-                                                 claim.creator, claim.expect_creator)
+                                                 claim.creator, claim.expect_creator, run_id)
         except BaseException:
             engine.close()
             raise
         self.kill_points.reached("restore.after_claim")
         hosted = HostedPipeline(name, engine, gen, keep, sent=position, acknowledged=position,
                                 lease_until=claimed + self.store.lease)
-        hosted.creator = claim.creator
+        hosted.creator, hosted.run_id = claim.creator, run_id
         self.pipelines.host(hosted)
         self.observer.restored(time.perf_counter() - started)
         fields: dict[str, object] = {"pipeline": name, "batches": position,

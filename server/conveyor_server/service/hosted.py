@@ -69,6 +69,8 @@ class HostedPipeline:
     engine_lock: threading.Lock = field(default_factory=threading.Lock)
     #: The identity that created the pipeline: who may use it besides operators (access.py).
     creator: str = ANONYMOUS
+    #: The training run consuming the pipeline ("" if none was named).
+    run_id: str = ""
 
     def attach(self, start: int) -> int:
         """Become this pipeline's consumer, starting after ``start`` consumed batches; a
@@ -180,7 +182,7 @@ class HostedPipeline:
             sent=self.sent, acknowledged=self.acknowledged, streaming=self.streaming,
             latest_checkpoint=self.latest_checkpoint,
             samples_skipped=self.engine.samples_skipped,
-            samples_replaced=self.engine.samples_replaced)
+            samples_replaced=self.engine.samples_replaced, run_id=self.run_id)
         if include_spec:
             info.spec.CopyFrom(self.engine.spec)
         info.epoch_sizes.update(self.engine.epoch_sizes())

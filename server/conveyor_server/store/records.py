@@ -24,6 +24,8 @@ class Owner:
     latest_id: str
     #: The identity that created the pipeline.
     creator: str = ANONYMOUS
+    #: The training run consuming it ("" if none was named).
+    run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class StoredCheckpoint:
     blob: bytes | None = None
     #: The pipeline's creator when the checkpoint was written.
     creator: str = ANONYMOUS
+    #: The pipeline's run when the checkpoint was written ("" if none).
+    run_id: str = ""
 
 
 def owner_of(name: str, raw: dict[bytes, bytes]) -> Owner | None:
@@ -54,4 +58,5 @@ def owner_of(name: str, raw: dict[bytes, bytes]) -> Owner | None:
         holder=raw[b"holder"].decode(), instance=raw[b"instance"].decode(),
         generation=int(raw[b"generation"]), fingerprint=raw[b"fingerprint"].decode(),
         keep=int(raw[b"keep"]), latest=latest, latest_id=latest_id if latest else "",
-        creator=raw.get(b"creator", ANONYMOUS.encode()).decode())
+        creator=raw.get(b"creator", ANONYMOUS.encode()).decode(),
+        run_id=raw.get(b"run_id", b"").decode())

@@ -5,14 +5,15 @@ slot and the Lua scripts (``scripts/``) stay atomic:
 
     conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep,
                                latest (the newest checkpoint's seq), latest_id (its id),
-                               creator (the identity that created it: who may use it)
+                               creator (the identity that created it: who may use it),
+                               run_id (the training run consuming it)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
     conveyor:{name}:seq        checkpoint sequence counter
     conveyor:{name}:lease      the holder's instance, expiring unless renewed (survives delete too)
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
-                               nonce, creator (the owner's, when it was written)
+                               nonce, creator and run_id (the owner's, when it was written)
     conveyor:pipelines         set of claimed names (for listing)
     conveyor:listing:<sha256>  a reader's compressed file listing, by its digest (kept 30
                                days after last use; names the first changed file when a
@@ -167,12 +168,12 @@ class Store:
     # -- names ---------------------------------------------------------------------
 
     def create(self, name: str, holder: str, instance: str, fingerprint: str, keep: int,
-               creator: str = ANONYMOUS) -> int:
+               creator: str = ANONYMOUS, run_id: str = "") -> int:
         """Claim a free name for ``creator``, or its own whose holder's lease ran out."""
         keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
         ok, value = self._call("create", lambda: self._create(
             keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
-                             creator]))
+                             creator, run_id]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
                                 f"{value.decode()}", holder=value.decode())
@@ -181,7 +182,7 @@ class Store:
 
     def take_over(self, name: str, holder: str, instance: str, fingerprint: str,
                   keep: int, creator: str = ANONYMOUS,
-                  expect_creator: str | None = None) -> tuple[int, str]:
+                  expect_creator: str | None = None, run_id: str = "") -> tuple[int, str]:
         """Claim ``name`` for this server, raising its generation, with ``creator`` as its
         creator. ``expect_creator``: the creator the caller was authorised against ("" for
         a free name); if the name changed hands since, nothing is taken over
@@ -190,7 +191,7 @@ class Store:
         expected = "-" if expect_creator is None else expect_creator
         gen, previous = self._call("restore", lambda: self._take_over(
             keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
-                             creator, expected]))
+                             creator, expected, run_id]))
         if int(gen) < 0:
             raise FailedPrecondition(f"pipeline {name!r} changed hands while it was being "
                                      "restored: nothing was taken over; try again")
@@ -302,7 +303,7 @@ class Store:
         its sequence number)."""
         name, seq, nonce = parse_checkpoint_id(cid)
         fields = ["batches", "created_ms", "server", "generation", "sha256", "nonce",
-                  "creator"]
+                  "creator", "run_id"]
         if with_blob:
             fields.append("blob")
         values = self._call("read checkpoint", lambda: self._redis.hmget(
@@ -314,13 +315,14 @@ class Store:
             raise NotFound(f"checkpoint {cid!r} no longer exists: its sequence number now "
                            "holds another checkpoint (reused by a later incarnation of the "
                            "pipeline, or after a lost write)")
-        blob = values[7] if with_blob else None
+        blob = values[8] if with_blob else None
         if blob is not None and hashlib.sha256(blob).hexdigest() != values[4].decode():
             raise CorruptCheckpoint(f"checkpoint {cid!r} in Redis fails its integrity check")
         size = len(blob) if blob is not None else 0
         return StoredCheckpoint(cid, name, int(values[0]), int(values[1]), size,
                                 values[2].decode(), int(values[3]), blob,
-                                (values[6] or ANONYMOUS.encode()).decode())
+                                (values[6] or ANONYMOUS.encode()).decode(),
+                                (values[7] or b"").decode())
 
     def list_checkpoints(self, name: str) -> list[StoredCheckpoint]:
         def fetch() -> list[Any]:
@@ -329,7 +331,7 @@ class Store:
             for s in seqs:
                 key = _k(name, f"ckpt:{int(s)}")
                 pipe.hmget(key, ["batches", "created_ms", "server", "generation", "nonce",
-                                 "creator"])
+                                 "creator", "run_id"])
                 pipe.hstrlen(key, "blob")
             return [seqs, pipe.execute()]
         seqs, rows = self._call("list checkpoints", fetch)
@@ -341,7 +343,8 @@ class Store:
             cid = checkpoint_id(name, int(s), (meta[4] or b"").decode())
             out.append(StoredCheckpoint(cid, name, int(meta[0]), int(meta[1]), int(size),
                                         meta[2].decode(), int(meta[3]),
-                                        creator=(meta[5] or ANONYMOUS.encode()).decode()))
+                                        creator=(meta[5] or ANONYMOUS.encode()).decode(),
+                                        run_id=(meta[6] or b"").decode()))
         return out
 
 

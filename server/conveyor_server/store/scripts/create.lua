@@ -4,8 +4,9 @@
 -- server as the holder and the caller as the creator, and starts its lease.
 -- Returns {1, generation}. Owners written before creators were recorded count as
 -- 'anonymous'.
+-- The run id (ARGV[8], '' for none) is recorded with the owner.
 -- KEYS: owner, gen, lease, [set]
--- ARGV: name, holder, instance, fingerprint, keep, lease_ms, creator
+-- ARGV: name, holder, instance, fingerprint, keep, lease_ms, creator, run_id
 if redis.call('EXISTS', KEYS[1]) == 1 and (redis.call('EXISTS', KEYS[3]) == 1 or
     (redis.call('HGET', KEYS[1], 'creator') or 'anonymous') ~= ARGV[7]) then
   return {0, redis.call('HGET', KEYS[1], 'holder')}
@@ -13,7 +14,8 @@ end
 local gen = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'holder', ARGV[2], 'instance', ARGV[3], 'generation', gen,
-           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0, 'creator', ARGV[7])
+           'fingerprint', ARGV[4], 'keep', ARGV[5], 'latest', 0, 'creator', ARGV[7],
+           'run_id', ARGV[8])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[6])
 if KEYS[4] then redis.call('SADD', KEYS[4], ARGV[1]) end
 return {1, gen}

@@ -2,7 +2,8 @@
 -- {0, holder}): blob and index together, then retire the oldest beyond 'keep'. The nonce
 -- (chosen by the caller for this write) is kept in the checkpoint's hash, and the owner's
 -- 'latest_id' is this checkpoint's full id '<name>:<seq>-<nonce>'. The checkpoint keeps the
--- owner's creator, so a restore anywhere, even after the name was deleted, knows whose it is.
+-- owner's creator, so a restore anywhere, even after the name was deleted, knows whose it is,
+-- and its run id, so a resumed run goes on as the same run.
 -- Returns {1, sequence}.
 -- KEYS: owner, seq, ckpts
 -- ARGV: instance, generation, blob, sha, batches, created, server, prefix, name, nonce
@@ -14,7 +15,8 @@ end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches', ARGV[5],
            'created_ms', ARGV[6], 'server', ARGV[7], 'generation', ARGV[2], 'nonce', ARGV[10],
-           'creator', redis.call('HGET', KEYS[1], 'creator') or 'anonymous')
+           'creator', redis.call('HGET', KEYS[1], 'creator') or 'anonymous',
+           'run_id', redis.call('HGET', KEYS[1], 'run_id') or '')
 redis.call('ZADD', KEYS[3], seq, seq)
 redis.call('HSET', KEYS[1], 'latest', seq, 'latest_id', ARGV[9] .. ':' .. seq .. '-' .. ARGV[10])
 local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))

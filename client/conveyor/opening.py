@@ -1,0 +1,90 @@
+"""``Client.open``: one call for a trainer's first start and every start after.
+
+A trainer names its pipeline and, optionally, its run. The first time, the name is free and
+the pipeline is created for that run. Afterwards the name exists (on this server or
+another, its server alive or dead), and what happens depends on the run, as in
+Determined's two continuations:
+
+- the same run (pause and reactivate, or a restart after a crash) goes on where the run
+  stood: from its newest checkpoint (the trainer's own, a drain's, or the one written at
+  creation), or after ``consumed`` batches when the trainer knows its own count (from the
+  model checkpoint it restores). Its previous stream, if still open, is fenced.
+- another run (continue a trial: same model, a fresh batch index) starts a fresh stream
+  from batch 0 with the same spec; the old run's checkpoints are kept.
+
+``run_id=None`` means "whichever run holds the name": the same-run case.
+A spec other than the pipeline's is refused (SPEC_MISMATCH) in both cases: a different
+pipeline needs another name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from conveyor import errors
+from conveyor import spec as specs
+from conveyor.v1 import pipeline_pb2, service_pb2
+
+if TYPE_CHECKING:
+    from conveyor.client import Client
+    from conveyor.remote import RemotePipeline
+
+
+def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
+                  run_id: str | None, consumed: int | None,
+                  keep_checkpoints: int) -> RemotePipeline:
+    try:
+        return client.create(name, spec, keep_checkpoints=keep_checkpoints,
+                             run_id=run_id or "")
+    except errors.AlreadyExists:
+        pass  # opened before: the same run goes on, another starts afresh
+    info = client.pipeline(name)
+    wanted = specs.fingerprint(spec).hex()
+    if info.fingerprint and info.fingerprint != wanted:
+        raise errors.SpecMismatch(
+            f"pipeline {name!r} exists with another spec (fingerprint "
+            f"{info.fingerprint[:12]}..., this one {wanted[:12]}...): a different pipeline "
+            "needs another name", pipeline=name)
+    if run_id is None or run_id == info.run_id:
+        return _go_on(client, name, info.run_id, consumed, keep_checkpoints)
+    _free(client, name, info.holder)
+    try:
+        return client.create(name, spec, keep_checkpoints=keep_checkpoints, run_id=run_id)
+    except errors.AlreadyExists:
+        # Another process of the new run opened it first: go on with it.
+        return _go_on(client, name, run_id, consumed, keep_checkpoints)
+
+
+def _go_on(client: Client, name: str, run_id: str, consumed: int | None,
+           keep_checkpoints: int) -> RemotePipeline:
+    """The run ``run_id`` resumed on the first server that answers, after ``consumed``
+    batches or at its newest checkpoint."""
+    found = [c for c in client.checkpoints(name) if c.run_id == run_id]
+    if consumed is None:
+        if not found:
+            raise errors.NotFound(
+                f"pipeline {name!r} has no checkpoint of run {run_id!r} to resume from "
+                "(was it built without enable_checkpointing?)", pipeline=name)
+        consumed = max(found, key=_newest).batches
+    return client.resume(name, consumed, keep_checkpoints=keep_checkpoints,
+                         checkpoints=found)
+
+
+def _newest(c: service_pb2.CheckpointInfo) -> tuple[int, int]:
+    return c.batches, c.created_unix_ms
+
+
+def _free(client: Client, name: str, holder: str) -> None:
+    """Release ``name`` for a new run, keeping the old run's checkpoints: on its holder,
+    or on any server when the holder is gone (fencing it, were it only unreachable)."""
+    request = service_pb2.DeletePipelineRequest(name=name, keep_checkpoints=True)
+    try:
+        if holder:
+            client._call("DeletePipeline", request, via=holder)
+            return
+    except (errors.Unavailable, errors.NotFound):
+        pass
+    request.force = True
+    with contextlib.suppress(errors.NotFound):  # deleted meanwhile
+        client._call("DeletePipeline", request)

@@ -1,0 +1,80 @@
+"""``Client.open``: the same call for a trainer's first start and every later one. The same
+run goes on where it stood (its newest checkpoint, or the trainer's own count); another run
+starts afresh from batch 0 with the same spec; the holder may be alive or dead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import conveyor
+from conveyor import errors
+from conveyor.cli import main as cli
+from conveyor_server.demo.run import rotate_pipeline
+from tests.resume import batch_bytes
+from tests.test_resume import reference
+from tests.test_service import Start, client
+
+
+def test_the_same_run_goes_on_and_another_starts_afresh(
+        start_server: Start, image_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 8)
+    with client(server) as c:
+        first = c.open("trained", spec, run_id="run-1")  # free: created for run-1
+        assert [batch_bytes(first.run()) for _ in range(3)] == expected[:3]
+        saved = first.checkpoint()
+        first.run(), first.run()  # consumed, then the trainer dies before its checkpoint
+        assert c.pipeline("trained").run_id == "run-1"
+        assert {ck.run_id for ck in c.checkpoints("trained")} == {"run-1"}
+        assert saved.run_id == "run-1"
+
+        again = c.open("trained", spec, run_id="run-1")  # pause/reactivate
+        assert again.consumed == 3 and batch_bytes(again.run()) == expected[3]
+        counted = c.open("trained", spec, run_id="run-1", consumed=5)  # its own count
+        assert batch_bytes(counted.run()) == expected[5]
+        unnamed = c.open("trained", spec)  # no run named: whichever run holds it
+        assert unnamed.consumed == 3 and c.pipeline("trained").run_id == "run-1"
+
+        trial = c.open("trained", spec, run_id="run-2")  # continue-trial: batch 0
+        assert [batch_bytes(trial.run()) for _ in range(2)] == expected[:2]
+        assert c.pipeline("trained").run_id == "run-2"
+        runs = [ck.run_id for ck in c.checkpoints("trained")]
+        assert "run-1" in runs and runs[-1] == "run-2", "the old run's checkpoints are kept"
+        with pytest.raises(errors.FailedPrecondition):
+            for _ in range(50):
+                again.run()  # the old run's stream was fenced by the new run
+    assert cli(["--server", server.address, "describe", "trained"]) == 0
+    assert "run:           run-2" in capsys.readouterr().out
+
+
+def test_a_run_goes_on_after_its_server_died(start_server: Start, image_root: Path) -> None:
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 6)
+    with client(a) as first_start:
+        pipe = first_start.open("orphan", spec, run_id="r")
+        pipe.run(), pipe.run()
+        pipe.checkpoint()
+    a.kill()
+    with conveyor.Client([a.address, b.address], timeout=10) as restarted:
+        again = restarted.open("orphan", spec, run_id="r")
+        assert again.via == b.address and again.consumed == 2
+        assert batch_bytes(again.run()) == expected[2]
+        fresh = restarted.open("orphan", spec, run_id="r-next")  # its holder is B now
+        assert batch_bytes(fresh.run()) == expected[0]
+
+
+def test_another_spec_under_the_name_is_refused(start_server: Start,
+                                                image_root: Path) -> None:
+    server = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    other = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
+    with client(server) as c:
+        c.open("kept", spec, run_id="a")
+        for run_id in ("a", "b"):
+            with pytest.raises(errors.SpecMismatch, match="another spec"):
+                c.open("kept", other, run_id=run_id)
+        assert c.pipeline("kept").run_id == "a"
