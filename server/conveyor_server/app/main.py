@@ -25,6 +25,7 @@ from conveyor_server.app.metrics import Metrics, MetricsServer, serve_metrics
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.behaviour.measure import measure
 from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.spec_bounds import SpecBounds
 from conveyor_server.service.lifecycle import Runtime
 from conveyor_server.service.server import create_server
 from conveyor_server.store.connect import connect
@@ -120,6 +121,12 @@ def check_config(cfg: configuration.ServerConfig) -> None:
         raise err("auth: give token or token_file, not both")
 
 
+def spec_bounds(limits: configuration.LimitsConfig) -> SpecBounds:
+    return SpecBounds(max_batch_size=limits.max_batch_size, max_threads=limits.max_threads,
+                      max_prefetch_depth=limits.max_prefetch_depth, max_ops=limits.max_ops,
+                      max_spec_bytes=limits.max_spec_bytes)
+
+
 def read_token(cfg: configuration.ServerConfig) -> str | None:
     if cfg.auth.token_file is None:
         return cfg.auth.token
@@ -158,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                       replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
-                              max_image_pixels=cfg.limits.max_image_pixels)
+                              max_image_pixels=cfg.limits.max_image_pixels,
+                              max_extent=cfg.limits.max_extent,
+                              spec=spec_bounds(cfg.limits))
         behaviour = measure()
         log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
                  len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)

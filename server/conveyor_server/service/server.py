@@ -3,7 +3,9 @@
 ``create_server(address, store, data_roots, observer=...)`` binds (port 0 picks a free
 one) and adds the Conveyor service with its interceptors (RPC metrics, then the bearer
 token when one is given), the standard health service and reflection. It returns the
-server, its port, the servicer and the health servicer.
+server, its port, the servicer and the health servicer. With spec bounds in ``limits``,
+the server reads no request larger than they allow (a Restore with the largest checkpoint
+and spec); gRPC refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from conveyor.channel import (
     CHANNEL_OPTIONS,
     KEEPALIVE_TIME_S,
     KEEPALIVE_TIMEOUT_S,
+    MAX_MESSAGE_BYTES,
     SERVICE_NAME,
     server_keepalive,
 )
@@ -53,7 +56,8 @@ def create_server(
         futures.ThreadPoolExecutor(max_workers=slots.threads,
                                    thread_name_prefix="conveyor-rpc"),
         interceptors=interceptors,
-        options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
+        options=[*_message_options(limits), *server_keepalive(*keepalive),
+                 ("grpc.so_reuseport", 0)])
     try:
         port = server.add_insecure_port(address)
     except RuntimeError:
@@ -76,3 +80,12 @@ def create_server(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
     return server, port, service, health_servicer
+
+
+def _message_options(limits: EngineLimits) -> list[tuple[str, int]]:
+    """The channel's message limits, the largest request read bounded by ``limits.spec``."""
+    if limits.spec is None:
+        return list(CHANNEL_OPTIONS)
+    receive = min(limits.spec.max_message_bytes, MAX_MESSAGE_BYTES)
+    return [(key, receive if key == "grpc.max_receive_message_length" else value)
+            for key, value in CHANNEL_OPTIONS]

@@ -201,6 +201,7 @@ def build_crop_mirror_normalize(ctx: OpContext) -> SampleOp:
                               targs: Targs) -> tuple[np.ndarray, ...]:
         view = p.view(inputs[0], targs)
         c = view.shape[2]
+        ctx.limits.check_output((*view.shape[:2], p.channels_out(c)), p.dtype)
         mul, add = p.coefficients(c)
         return (normalize(view, mul, add, p.dtype, chw=p.chw,
                           channels_out=p.channels_out(c)),)
@@ -217,6 +218,9 @@ def build_cast(ctx: OpContext) -> SampleOp:
     layout = ctx.input_layouts[0] if ctx.input_layouts else ""
 
     def cast(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        return (saturate_cast(np.asarray(inputs[0]), dtype),)
+        value = np.asarray(inputs[0])
+        ctx.limits.check_bytes(value.size * dtype.itemsize,
+                               f"its output would be {value.size:,} values of {dtype}")
+        return (saturate_cast(value, dtype),)
 
     return SampleOp(fn=cast, layouts=(layout,))

@@ -155,6 +155,7 @@ def build_resize(ctx: OpContext) -> SampleOp:
             # DALI: the output type must be the input type or float.
             raise InvalidArgument(f"{op}: dtype='uint8' needs uint8 images, got {image.dtype}")
         out_hw = request.output_size((image.shape[0], image.shape[1]), requested(targs))
+        ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
         return (resize_image(image, out_hw, interp_type, antialias),)
 
     return SampleOp(fn=resize, layouts=("HWC",))
