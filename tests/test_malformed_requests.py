@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 import redis
 from google.rpc import error_details_pb2
@@ -17,7 +18,9 @@ from grpc_status import rpc_status
 
 from conveyor import errors
 from conveyor.channel import SERVICE_NAME, STREAM_BATCHES_PATH
+from conveyor.schema import encode_arg
 from conveyor.v1 import pipeline_pb2, service_pb2
+from conveyor_server import Pipeline
 from conveyor_server.service.status import MAX_MESSAGE_BYTES, clipped
 from tests.servers import ServerProcess
 from tests.test_service import DEADLINE, Start, client, rotate_pipeline
@@ -92,6 +95,9 @@ MALFORMED: list[tuple[str, Callable[[Spec], object], str]] = [
      "rotate: argument 'fill_value': got inf"),
     ("NUL in a path", lambda s: setattr(s.ops[0].args["file_root"], "s", "/data\0/x"),
      "readers.file: argument 'file_root': contains a NUL character"),
+    ("a 300-byte file name", lambda s: setattr(s.ops[0].args["file_root"], "s",
+                                               s.ops[0].args["file_root"].s + "/" + "z" * 300),
+     "ops[0].args.file_root: a path component of 300 bytes"),
     ("forward reference", lambda s: _ref(s, 1, 3), "decoders.image (op 1): input refers to "
                                                    "op 3, which does not come before it"),
     ("cycle", lambda s: _ref(s, 3, 3), "rotate (op 3): input refers to op 3"),
@@ -206,3 +212,43 @@ def test_an_internal_error_carries_an_id_and_its_details_go_to_the_log_only(
         c.pipeline("broken")
     assert re.fullmatch(r"[0-9a-f]{16}", caught.value.metadata["error_id"])
     assert caught.value.metadata["error_id"] != error_id  # one id per failure
+
+
+# -- any output fed to any operator, in process ----------------------------------------------
+
+
+def _fed(draw_shape: list[int], op_type: str, **args: object) -> Spec:
+    """A random draw of ``draw_shape`` (any array a spec can make) fed to ``op_type``."""
+    spec = pipeline_pb2.PipelineSpec(spec_version=1, batch_size=2, num_threads=1)
+    draw = spec.ops.add(type="random.uniform", device="cpu", num_outputs=1)
+    draw.args["shape"].CopyFrom(encode_arg("random.uniform", "shape", draw_shape))
+    op = spec.ops.add(type=op_type, device="cpu", num_outputs=1)
+    op.inputs.add(op=0, output=0)
+    for name, value in args.items():
+        op.args[name].CopyFrom(encode_arg(op_type, name, value))
+    spec.outputs.add(op=1, output=0)
+    return spec
+
+
+@pytest.mark.parametrize(("shape", "op_type", "args", "message"), [
+    ([0, 5, 3], "rotate", {"angle": 10.0}, r"shape \(0, 5, 3\)"),
+    ([5, 0, 3], "resize", {"size": [4.0, 4.0]}, r"shape \(5, 0, 3\)"),
+    ([5, 5, 0], "flip", {}, r"shape \(5, 5, 0\)"),
+    ([1, 1, 600], "resize", {"size": [4.0, 4.0]}, "up to 512 channels"),
+])
+def test_an_array_that_is_no_image_is_invalid_argument(shape: list[int], op_type: str,
+                                                       args: dict[str, object],
+                                                       message: str) -> None:
+    with Pipeline(_fed(shape, op_type, **args)) as pipe, \
+            pytest.raises(errors.InvalidArgument, match=message):
+        pipe.run()
+
+
+def test_one_value_samples_and_one_number_lists_are_taken() -> None:
+    with Pipeline(_fed([], "cast", dtype="int32")) as pipe:  # 0-d samples
+        values = pipe.run()[0]
+        assert [v.shape for v in values] == [(), ()] and values.dtype == np.int32
+    spec = _fed([4, 4, 3], "crop_mirror_normalize")
+    spec.ops[1].args["mean"].f = 0.5  # one number where the schema has a list
+    with Pipeline(spec) as pipe:
+        assert pipe.run()[0].as_array().shape == (2, 3, 4, 4)

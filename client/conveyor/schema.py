@@ -330,6 +330,8 @@ def decode_args(op: pipeline_pb2.OpSpec) -> dict[str, Any]:
         if name in op.args:
             value = decode_value(op.args[name])
             encode_arg(op.type, name, list(value) if isinstance(value, tuple) else value)
+            if arg.kind == "floats" and not isinstance(value, tuple):
+                value = (value,)  # one number where a list is expected, as encode_arg takes it
             values[name] = value
         elif name in op.arg_inputs:
             if not arg.tensor:

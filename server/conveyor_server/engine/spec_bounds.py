@@ -6,8 +6,9 @@ random draw of 10^9 values per sample would each have the server allocate until 
 ``check_spec`` refuses such a spec in time proportional to its size, in three passes:
 
 1. sizes read from the fields as they arrived (the encoded size, batch size, threads,
-   prefetch depth, operator count, every string and list), before anything else reads
-   them, so that no later check or error message handles an unbounded value;
+   prefetch depth, operator count, every string and list, the names in file paths),
+   before anything else reads them, so that no later check or error message handles an
+   unbounded value;
 2. the spec's validity (``conveyor.spec.validate_spec``: the graph and every argument);
 3. each operator's sizes fixed by its constant arguments: every extent argument against
    ``limits.max_extent``, and where the output's shape follows from the arguments alone
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conveyor import schema
-from conveyor.errors import ResourceExhausted
+from conveyor.errors import InvalidArgument, ResourceExhausted
 from conveyor.spec import validate_spec
 from conveyor.v1 import pipeline_pb2
 
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 #: List arguments whose length follows the data set, bounded by the spec's size alone.
 LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels")})
+#: Arguments that are file paths, and the longest name a path component may have (Linux's
+#: NAME_MAX, in bytes): no file system holds a longer one, and the kernel refuses it with an
+#: error of its own.
+PATH_ARGS = frozenset({("readers.file", "file_root"), ("readers.file", "file_list"),
+                       ("readers.file", "files")})
+NAME_MAX = 255
 #: Arguments that are a height or a width in pixels (one number, or each of a list).
 EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {
     "resize": ("resize_x", "resize_y", "resize_shorter", "resize_longer", "size", "max_size"),
@@ -150,6 +157,8 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
             _check_name(f"{where}.args", name, bounds)
             _check_argument(f"{where}.args.{name}", argument, (op.type, name) in LONG_LISTS,
                             bounds)
+            if (op.type, name) in PATH_ARGS:
+                _check_paths(f"{where}.args.{name}", argument)
 
 
 def _check_name(field: str, value: str, bounds: SpecBounds) -> None:
@@ -172,6 +181,18 @@ def _check_argument(field: str, argument: pipeline_pb2.Argument, long_list: bool
             if len(value) > bounds.max_string_chars:
                 raise bounds.over(f"{field}[{i}]", f"{len(value):,} characters",
                                   "max_string_chars")
+
+
+def _check_paths(field: str, argument: pipeline_pb2.Argument) -> None:
+    which = argument.WhichOneof("value")
+    paths = [argument.s] if which == "s" else list(argument.strings.values) \
+        if which == "strings" else []
+    for i, path in enumerate(paths):
+        longest = max((len(part.encode()) for part in path.split("/")), default=0)
+        if longest > NAME_MAX:
+            where = field if which == "s" else f"{field}[{i}]"
+            raise InvalidArgument(f"{where}: a path component of {longest:,} bytes; no file "
+                                  f"name is longer than {NAME_MAX}", field=where)
 
 
 # -- pass 3: each operator's fixed sizes ---------------------------------------------------

@@ -50,7 +50,7 @@ def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     # float32 holds every 8- and 16-bit integer exactly; wider types need float64.
     wide = dtype.itemsize >= 4 or x.dtype == np.float64
     work = np.dtype(np.float64 if wide else np.float32)
-    rounded = np.rint(x, dtype=work)
+    rounded = np.asarray(np.rint(x, dtype=work))  # an array also for one 0-d sample
     np.copyto(rounded, 0, where=np.isnan(rounded))
     info = np.iinfo(dtype)
     lo, hi = work.type(info.min), work.type(info.max)

@@ -16,6 +16,7 @@ import numpy as np
 
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor_server.engine.ops.args import (
+    CV_MAX_CHANNELS,
     INTERP,
     WARP_DTYPES,
     Targs,
@@ -148,7 +149,7 @@ def build_resize(ctx: OpContext) -> SampleOp:
 
     def resize(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
-        check_image(op, image, WARP_DTYPES)
+        check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
         if out_dtype == "float32" and image.dtype != np.float32:
             image = image.astype(np.float32)  # resample in float: no rounding to the input type
         elif out_dtype == "uint8" and image.dtype != np.uint8:
