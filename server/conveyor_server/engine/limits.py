@@ -44,22 +44,23 @@ class EngineLimits:
                      what: str = "its output") -> None:
         """Refuse an image of ``shape`` (HWC, or one sample's shape) and ``dtype`` before it
         is allocated: each extent against ``max_extent``, height x width against
-        ``max_image_pixels``, its bytes against ``max_batch_bytes``."""
-        dims = [int(d) for d in shape]
-        text = "x".join(str(d) for d in dims)
-        if self.max_extent is not None and len(dims) >= 2 and max(dims[:2]) > self.max_extent:
+        ``max_image_pixels``, its bytes against ``max_batch_bytes``. Cheap where it passes:
+        it runs for every sample."""
+        height, width = (int(shape[0]), int(shape[1])) if len(shape) >= 2 else (0, 0)
+        if self.max_extent is not None and max(height, width) > self.max_extent:
             raise ResourceExhausted(
-                f"{what} would be {text}: {max(dims[:2]):,} pixels high or wide, above the "
-                f"server's limit limits.max_extent = {self.max_extent:,}",
+                f"{what} would be {_dims(shape)}: {max(height, width):,} pixels high or "
+                f"wide, above the server's limit limits.max_extent = {self.max_extent:,}",
                 limit="limits.max_extent")
-        pixels = dims[0] * dims[1] if len(dims) >= 2 else 0
-        if self.max_image_pixels is not None and pixels > self.max_image_pixels:
+        if self.max_image_pixels is not None and height * width > self.max_image_pixels:
             raise ResourceExhausted(
-                f"{what} would be {text}: {pixels:,} pixels, above the server's limit "
-                f"limits.max_image_pixels = {self.max_image_pixels:,}",
+                f"{what} would be {_dims(shape)}: {height * width:,} pixels, above the "
+                f"server's limit limits.max_image_pixels = {self.max_image_pixels:,}",
                 limit="limits.max_image_pixels")
-        self.check_bytes(math.prod(dims) * np.dtype(dtype).itemsize,
-                         f"{what} would be {text} {np.dtype(dtype)}")
+        if self.max_batch_bytes is not None:
+            nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+            if nbytes > self.max_batch_bytes:
+                self.check_bytes(nbytes, f"{what} would be {_dims(shape)} {np.dtype(dtype)}")
 
     def check_bytes(self, nbytes: int, what: str) -> None:
         """Refuse an allocation of ``nbytes`` (``what`` says what it would be) above
@@ -78,6 +79,10 @@ class EngineLimits:
             raise ResourceExhausted(
                 f"batch {index} is {total:,} bytes, above the server's limit "
                 f"limits.max_batch_bytes = {self.max_batch_bytes:,}")
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "x".join(str(int(d)) for d in shape)
 
 
 NO_LIMITS = EngineLimits()
