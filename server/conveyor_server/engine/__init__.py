@@ -6,8 +6,9 @@ stages, per-sample segments and per-batch steps), running a batch (``segments.py
 (``ops/``, registered per sample or per batch), checkpoint blobs (``checkpoint.py``), file
 lists and data roots (``file_list.py``), the data set's identity and file listings
 (``data_identity.py``, ``listings.py``), keyed random numbers (``keyed_random.py``),
-limits (``limits.py``), the behaviour probe (``behaviour/``), the engine's identity built
-from it (``engine_id.py``) and devices (``devices.py``).
+limits (``limits.py``) and the bounds on specs (``spec_bounds.py``), the behaviour probe
+(``behaviour/``), the engine's identity built from it (``engine_id.py``) and devices
+(``devices.py``).
 
 Imports: the ``conveyor`` client package (spec, schema, errors, generated messages) and
 libraries; no other room of ``conveyor_server`` (service, store, app), so the engine runs in
