@@ -93,7 +93,8 @@ class SpecBounds:
     @property
     def max_message_bytes(self) -> int:
         """The largest request a server with these bounds must read: a Restore carrying a
-        checkpoint and a spec to compare it with."""
+        checkpoint and a spec to compare it with (and as much again as a checkpoint's
+        overhead for the rest of the message)."""
         return self.max_checkpoint_bytes + self.max_spec_bytes + CHECKPOINT_OVERHEAD_BYTES
 
     def limit_name(self, attr: str) -> str:
@@ -103,6 +104,7 @@ class SpecBounds:
         return f"the fixed limit {attr} = {getattr(self, attr):,}"
 
     def over(self, field: str, what: str, attr: str) -> ResourceExhausted:
+        """The error for ``field``, which is ``what``, over bound ``attr``."""
         key = f"limits.{attr}" if attr in CONFIGURABLE else attr
         return ResourceExhausted(f"{field}: {what}, above {self.limit_name(attr)}",
                                  field=field, limit=key)
