@@ -154,13 +154,20 @@ def test_server_refuses_a_bad_file_at_start(tmp_path: Path) -> None:
 # -- limits ------------------------------------------------------------------------------
 
 
-def test_batch_bytes_limit_refuses_and_loses_nothing(image_root: Path) -> None:
+@pytest.mark.parametrize(("limit", "refusal"), [
+    # Each sample fits, the batch does not: refused once the batch is made.
+    (50_000, r"batch 0 is [\d,]+ bytes, above .*max_batch_bytes = 50,000"),
+    # One sample does not fit: refused before that sample's output is allocated.
+    (1000, r"rotate \(op 3\) on '.*\.jpg': its output would be \d+x\d+x3 uint8 = [\d,]+ "
+           r"bytes, above .*max_batch_bytes = 1,000"),
+])
+def test_batch_bytes_limit_refuses_and_loses_nothing(image_root: Path, limit: int,
+                                                     refusal: str) -> None:
     spec = rotate_pipeline(str(image_root / "imgs"))
     with Pipeline(spec) as free:
         expected = run_batches(free, 2)
-    with Pipeline(spec, limits=EngineLimits(max_batch_bytes=1000)) as limited:
-        with pytest.raises(errors.ResourceExhausted,
-                           match=r"batch 0 is [\d,]+ bytes, above .*max_batch_bytes = 1,000"):
+    with Pipeline(spec, limits=EngineLimits(max_batch_bytes=limit)) as limited:
+        with pytest.raises(errors.ResourceExhausted, match=refusal):
             limited.run()
         assert limited.batches_returned == 0
         blob = limited.checkpoint()

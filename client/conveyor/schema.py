@@ -7,6 +7,7 @@ Shared by the definition API (which validates as you write the pipeline) and the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -248,6 +249,7 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
     elif kind == "float":
         if not _is_number(value):
             raise bad
+        _check_finite(op, name, [value])
         _check_range(arg, [value], bad)
         out.f = float(value)
     elif kind == "bool":
@@ -257,6 +259,7 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
     elif kind in ("str", "enum"):
         if not isinstance(value, str) or (kind == "enum" and value not in arg.choices):
             raise bad
+        _check_text(op, name, [value])
         out.s = value
     elif kind in ("ints", "floats", "strings"):
         if kind == "floats" and _is_number(value):
@@ -274,15 +277,31 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
         elif kind == "floats":
             if not all(_is_number(v) for v in items):
                 raise bad
+            _check_finite(op, name, items)
             _check_range(arg, items, bad)
             out.floats.values.extend(float(v) for v in items)
         else:
             if not all(isinstance(v, str) for v in items):
                 raise bad
+            _check_text(op, name, items)
             out.strings.values.extend(items)
     else:  # pragma: no cover - schema bug
         raise AssertionError(kind)
     return out
+
+
+def _check_finite(op: str, name: str, values: list[Any]) -> None:
+    """NaN and infinities pass every range check and break every size: refused."""
+    for v in values:
+        if not math.isfinite(v):
+            raise SpecError(op, name, f"got {v!r}: only finite numbers are allowed")
+
+
+def _check_text(op: str, name: str, values: list[str]) -> None:
+    """Strings are paths, patterns or choices: a NUL character is never part of one."""
+    for v in values:
+        if "\0" in v:
+            raise SpecError(op, name, f"contains a NUL character (at index {v.index(chr(0))})")
 
 
 def _check_range(arg: Arg, values: list[Any], bad: SpecError) -> None:
@@ -311,6 +330,8 @@ def decode_args(op: pipeline_pb2.OpSpec) -> dict[str, Any]:
         if name in op.args:
             value = decode_value(op.args[name])
             encode_arg(op.type, name, list(value) if isinstance(value, tuple) else value)
+            if arg.kind == "floats" and not isinstance(value, tuple):
+                value = (value,)  # one number where a list is expected, as encode_arg takes it
             values[name] = value
         elif name in op.arg_inputs:
             if not arg.tensor:

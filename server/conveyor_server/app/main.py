@@ -33,6 +33,7 @@ from conveyor_server.app.security import (
 )
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.spec_bounds import SpecBounds
 from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.store.connect import connect
 from conveyor_server.store.redis_process import RedisProcess
@@ -142,6 +143,12 @@ def check_config(cfg: configuration.ServerConfig) -> None:
     check_security(cfg)
 
 
+def spec_bounds(limits: configuration.LimitsConfig) -> SpecBounds:
+    return SpecBounds(max_batch_size=limits.max_batch_size, max_threads=limits.max_threads,
+                      max_prefetch_depth=limits.max_prefetch_depth, max_ops=limits.max_ops,
+                      max_spec_bytes=limits.max_spec_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
     metrics_http: MetricsServer | None = None
@@ -177,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         store.ping()
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels,
-                              max_file_bytes=cfg.limits.max_file_bytes)
+                              max_file_bytes=cfg.limits.max_file_bytes,
+                              max_extent=cfg.limits.max_extent,
+                              spec=spec_bounds(cfg.limits))
         behaviour = measure()
         log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
                  len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)

@@ -8,8 +8,9 @@ lists (``file_list.py``), data roots and reading files beneath them (``data_root
 ``data_files.py``), the size an image's header declares (``image_header.py``,
 ``image_pages.py``, ``header_bytes.py``), the data set's identity and file listings
 (``data_identity.py``, ``listings.py``), keyed random numbers (``keyed_random.py``),
-limits (``limits.py``), the behaviour probe (``behaviour/``), the engine's identity built
-from it (``engine_id.py``) and devices (``devices.py``).
+limits (``limits.py``) and the bounds on specs (``spec_bounds.py``), the behaviour probe
+(``behaviour/``), the engine's identity built from it (``engine_id.py``) and devices
+(``devices.py``).
 
 Imports: the ``conveyor`` client package (spec, schema, errors, generated messages) and
 libraries; no other room of ``conveyor_server`` (service, store, app), so the engine runs in

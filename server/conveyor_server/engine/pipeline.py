@@ -37,6 +37,7 @@ from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
+from conveyor_server.engine.stages import MAX_SAMPLES
 
 Batch = tuple[TensorList, ...]
 #: Whether operators registered in both forms run per batch unless told otherwise.
@@ -86,6 +87,10 @@ class Pipeline:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
             ckpt.verify_against(body, spec, self.engine_id(), digests,
                                 self._first_change if listings is not None else None)
+            if body.batches * spec.batch_size > MAX_SAMPLES:
+                raise CorruptCheckpoint(f"checkpoint position {body.batches} batches is beyond "
+                                        f"the furthest a pipeline reaches ({MAX_SAMPLES} "
+                                        "samples)")
             states = {s.op: s for s in body.op_states}
             for stage in self._plan.stages:
                 if stage.op_index not in states:
@@ -243,6 +248,9 @@ class Pipeline:
         if batches < self._base_batches:
             raise FailedPrecondition(f"batch {batches} is before this pipeline's start "
                                      f"({self._base_batches})")
+        if batches * self._batch_size > MAX_SAMPLES:
+            raise InvalidArgument(f"batch {batches} is beyond the furthest position a "
+                                  f"pipeline reaches ({MAX_SAMPLES} samples)")
         samples = (batches - self._base_batches) * self._batch_size
         return [stage.advanced(state, samples)
                 for stage, state in zip(self._plan.stages, self._base_states, strict=True)]

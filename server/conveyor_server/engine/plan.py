@@ -17,7 +17,6 @@ from pathlib import Path
 
 from conveyor import schema
 from conveyor.errors import SpecError
-from conveyor.spec import validate_spec
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
 from conveyor_server.engine.data_files import DataFiles
@@ -26,6 +25,7 @@ from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
+from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
@@ -152,7 +152,7 @@ def _form(op_type: str, batch_ops: bool) -> registry.Per:
 
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
                limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True) -> Plan:
-    validate_spec(spec)
+    check_spec(spec, limits)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once

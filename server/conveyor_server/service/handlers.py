@@ -240,6 +240,8 @@ class ConveyorService:
             blob = request.data
         else:
             raise InvalidArgument("Restore needs a checkpoint_id or checkpoint data")
+        if self.limits.spec is not None:
+            self.limits.spec.check_checkpoint(blob)
         body = ckpt.open_blob(blob)
         position = request.consumed if request.HasField("consumed") else body.batches
         if position < body.batches:

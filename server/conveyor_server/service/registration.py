@@ -8,17 +8,25 @@ response, or a marked method the service does not have. Each behaviour gets the 
 mapping of ``status.mapped``. Streamed responses may be bytes already encoded (the batch
 frames of ``conveyor.wire``): they are sent as they are, without another copy through a
 message.
+
+Requests reach the behaviour as bytes and are parsed inside the status mapping: bytes
+that are not the request message (garbage, a truncated message, a string field that is
+not UTF-8) end the call with INVALID_ARGUMENT naming the message, where gRPC's own
+deserializer would answer INTERNAL.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
 
+from conveyor.errors import InvalidArgument
 from conveyor.v1 import service_pb2
 from conveyor_server.service import rpc_kinds, status
 
@@ -27,6 +35,29 @@ CONVEYOR = service_pb2.DESCRIPTOR.services_by_name["Conveyor"]
 
 def _encoded_or_message(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def _parsing(behaviour: rpc_kinds.Behaviour, request: type[Message],
+             streaming: bool) -> rpc_kinds.Behaviour:
+    """``behaviour`` taking its request (or each streamed request) as bytes: parsed here,
+    ``InvalidArgument`` when they are not a ``request``."""
+    name = request.DESCRIPTOR.full_name
+
+    def parse(data: bytes) -> Message:
+        try:
+            return request.FromString(data)
+        except DecodeError as exc:
+            raise InvalidArgument(f"the request is not a valid {name} ({len(data)} bytes): "
+                                  f"{exc}") from None
+
+    if streaming:
+        def each(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            return behaviour((parse(data) for data in requests), context)
+        return each
+
+    def one(data: bytes, context: grpc.ServicerContext) -> Any:
+        return behaviour(parse(data), context)
+    return one
 
 
 def service_handler(servicer: object,
@@ -52,9 +83,10 @@ def service_handler(servicer: object,
         response = message_factory.GetMessageClass(method.output_type)
         serializer = (_encoded_or_message if method.server_streaming
                       else response.SerializeToString)
+        parsed = _parsing(behaviour, request, method.client_streaming)
         handlers[method.name] = rpc_kinds.method_handler(
-            kind, status.mapped(behaviour, method.name, method.server_streaming),
-            request.FromString, serializer)
+            kind, status.mapped(parsed, method.name, method.server_streaming),
+            None, serializer)
     extra = sorted(name for name in dir(type(servicer))
                    if rpc_kinds.declared_kind(getattr(type(servicer), name)) is not None
                    and name not in handlers)

@@ -6,7 +6,9 @@ interceptors (RPC metrics, then authentication: ``authenticator``, by default th
 loopback-only mode of ``identity.py``), the standard health service and, when
 ``reflection`` is on, server reflection. It returns the server, its port, the servicer and
 the health servicer. ``serve_health`` serves that health servicer alone on a plaintext
-port, for probes that cannot speak TLS.
+port, for probes that cannot speak TLS. With spec bounds in ``limits``, the server reads no
+request larger than they allow (a Restore with the largest checkpoint and spec); gRPC
+refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from conveyor.channel import (
     CHANNEL_OPTIONS,
     KEEPALIVE_TIME_S,
     KEEPALIVE_TIMEOUT_S,
+    MAX_MESSAGE_BYTES,
     SERVICE_NAME,
     server_keepalive,
 )
@@ -61,7 +64,8 @@ def create_server(
         futures.ThreadPoolExecutor(max_workers=slots.threads,
                                    thread_name_prefix="conveyor-rpc"),
         interceptors=interceptors,
-        options=[*CHANNEL_OPTIONS, *server_keepalive(*keepalive), ("grpc.so_reuseport", 0)])
+        options=[*_message_options(limits), *server_keepalive(*keepalive),
+                 ("grpc.so_reuseport", 0)])
     try:
         port = (server.add_insecure_port(address) if credentials is None
                 else server.add_secure_port(address, credentials))
@@ -107,3 +111,12 @@ def serve_health(address: str, health_servicer: health.HealthServicer) -> tuple[
                       "not allowed")
     server.start()
     return server, port
+
+
+def _message_options(limits: EngineLimits) -> list[tuple[str, int]]:
+    """The channel's message limits, the largest request read bounded by ``limits.spec``."""
+    if limits.spec is None:
+        return list(CHANNEL_OPTIONS)
+    receive = min(limits.spec.max_message_bytes, MAX_MESSAGE_BYTES)
+    return [(key, receive if key == "grpc.max_receive_message_length" else value)
+            for key, value in CHANNEL_OPTIONS]

@@ -63,12 +63,11 @@ class BatchStreams:
         log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
                  extra={"pipeline": hosted.name, "batches": first.consumed, "peer": peer})
         self._observer.stream_opened()
-        acks = threading.Thread(target=_read_acks, args=(requests, hosted, token),
-                                name=f"acks-{hosted.name}", daemon=True)
+        acks = AckReader(requests, hosted, token)
         acks.start()
         fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
         try:
-            yield from self._send(hosted, context, token)
+            yield from self._send(hosted, context, token, acks)
         except ConveyorError as exc:
             fields["error"] = f"{exc.code}: {exc.message}"
             raise
@@ -83,13 +82,13 @@ class BatchStreams:
                      fields.get("error", "the client went away"), extra=fields)
 
     def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext,
-              token: int) -> Iterator[bytes]:
+              token: int, acks: AckReader) -> Iterator[bytes]:
         """The frames of each batch, for as long as the client listens and no newer stream
         took over."""
         try:
             while context.is_active():
                 started = time.perf_counter()
-                taken = self._next_batch(hosted, context, token)
+                taken = self._next_batch(hosted, context, token, acks)
                 if taken is None:
                     return
                 index, batch = taken
@@ -107,11 +106,14 @@ class BatchStreams:
             raise
 
     def _next_batch(self, hosted: HostedPipeline, context: grpc.ServicerContext,
-                    token: int) -> tuple[int, Batch] | None:
+                    token: int, acks: AckReader) -> tuple[int, Batch] | None:
         """The engine's next batch and its index, waiting in short steps so that a drain,
-        a fence or a newer consumer is seen promptly; None when the client went away."""
+        a fence, a newer consumer or a malformed acknowledgement is seen promptly; None
+        when the client went away."""
         engine = hosted.engine
         while True:
+            if acks.error is not None:
+                raise acks.error
             hosted.check_live()
             hosted.check_consumer(token)
             if self.draining.is_set():
@@ -182,9 +184,22 @@ class BatchStreams:
         raise error
 
 
-def _read_acks(requests: Requests, hosted: HostedPipeline, token: int) -> None:
-    try:
-        for request in requests:
-            hosted.acknowledge(request.consumed, token)
-    except Exception:  # the stream ended: nothing more to acknowledge
-        return
+class AckReader(threading.Thread):
+    """Reads the consumer's acknowledgements on a thread of its own. A malformed one is
+    kept in ``error``, and the stream ends with it (INVALID_ARGUMENT)."""
+
+    def __init__(self, requests: Requests, hosted: HostedPipeline, token: int) -> None:
+        super().__init__(name=f"acks-{hosted.name}", daemon=True)
+        self._requests = requests
+        self._hosted = hosted
+        self._token = token
+        self.error: ConveyorError | None = None
+
+    def run(self) -> None:
+        try:
+            for request in self._requests:
+                self._hosted.acknowledge(request.consumed, self._token)
+        except ConveyorError as exc:
+            self.error = exc
+        except Exception:  # the stream ended: nothing more to acknowledge
+            return

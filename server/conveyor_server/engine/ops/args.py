@@ -24,6 +24,8 @@ INTERP = {
     "lanczos3": cv2.INTER_LANCZOS4,  # OpenCV has no Lanczos-3; Lanczos-4 is the closest
 }
 
+#: The most channels of an image OpenCV resizes (CV_CN_MAX).
+CV_MAX_CHANNELS = 512
 #: Sample types OpenCV warps and resizes with every interpolation.
 WARP_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32", "float64"))
 
@@ -71,10 +73,17 @@ def _limits(lo: float | None, hi: float | None) -> str:
     return "" if hi is None else f" (must be <= {hi:g})"
 
 
-def check_image(op: str, image: np.ndarray, dtypes: frozenset[np.dtype] | None = None) -> None:
-    """Raise ``InvalidArgument`` unless ``image`` is HWC (with a sample type in ``dtypes``)."""
-    if image.ndim != 3:
-        raise InvalidArgument(f"{op}: expected an HWC image, got an array of shape {image.shape}")
+def check_image(op: str, image: np.ndarray, dtypes: frozenset[np.dtype] | None = None,
+                max_channels: int | None = None) -> None:
+    """Raise ``InvalidArgument`` unless ``image`` is HWC with at least one row, column and
+    channel (a spec may feed any operator's output to an image operator), with a sample
+    type in ``dtypes`` and at most ``max_channels`` channels."""
+    if image.ndim != 3 or 0 in image.shape:
+        raise InvalidArgument(f"{op}: expected an HWC image with at least one row, column and "
+                              f"channel, got an array of shape {image.shape}")
+    if max_channels is not None and image.shape[2] > max_channels:
+        raise InvalidArgument(f"{op}: images of up to {max_channels} channels are supported, "
+                              f"got {image.shape[2]}")
     if dtypes is not None and image.dtype not in dtypes:
         names = ", ".join(sorted(str(t) for t in dtypes))
         raise InvalidArgument(f"{op}: images of type {image.dtype} are not supported "

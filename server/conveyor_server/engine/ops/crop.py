@@ -36,6 +36,8 @@ def build_crop(ctx: OpContext) -> SampleOp:
     def crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
         check_image(op, image)
+        if policy == "pad":
+            ctx.limits.check_output((*window.size, image.shape[2]), image.dtype)
         out = crop_image(window, image, targs, policy, fill_values)
         # A view into the input is copied; a padded window is already a new array.
         return (np.array(out, order="C", copy=True) if out.base is not None else out,)

@@ -51,7 +51,7 @@ def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     # float32 holds every 8- and 16-bit integer exactly; wider types need float64.
     wide = dtype.itemsize >= 4 or x.dtype == np.float64
     work = np.dtype(np.float64 if wide else np.float32)
-    rounded = np.rint(x, dtype=work)
+    rounded = np.asarray(np.rint(x, dtype=work))  # an array also for one 0-d sample
     np.copyto(rounded, 0, where=np.isnan(rounded))
     info = np.iinfo(dtype)
     lo, hi = work.type(info.min), work.type(info.max)
@@ -198,6 +198,7 @@ def build_crop_mirror_normalize(ctx: OpContext) -> SampleOp:
                               targs: Targs) -> tuple[np.ndarray, ...]:
         view = p.view(inputs[0], targs)
         c = view.shape[2]
+        ctx.limits.check_output((*view.shape[:2], p.channels_out(c)), p.dtype)
         mul, add = p.coefficients(c)
         return (normalize(view, mul, add, p.dtype, chw=p.chw,
                           channels_out=p.channels_out(c)),)
@@ -214,6 +215,9 @@ def build_cast(ctx: OpContext) -> SampleOp:
     layout = ctx.input_layouts[0] if ctx.input_layouts else ""
 
     def cast(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        return (saturate_cast(np.asarray(inputs[0]), dtype),)
+        value = np.asarray(inputs[0])
+        ctx.limits.check_bytes(value.size * dtype.itemsize,
+                               f"its output would be {value.size:,} values of {dtype}")
+        return (saturate_cast(value, dtype),)
 
     return SampleOp(fn=cast, layouts=(layout,))

@@ -12,6 +12,7 @@ as the per-sample form does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -57,6 +58,14 @@ def build_crop_mirror_normalize_batch(ctx: OpContext) -> BatchOp:
                 views.append(p.view(image, {k: v[i] for k, v in targs.items()}))
             except ConveyorError as exc:
                 raise SampleFailed(i, exc) from None
+        shapes = [(*v.shape[:2], p.channels_out(v.shape[2])) for v in views]
+        for i, shape in enumerate(shapes):
+            try:
+                ctx.limits.check_output(shape, p.dtype)
+            except ConveyorError as exc:
+                raise SampleFailed(i, exc) from None
+        ctx.limits.check_bytes(sum(math.prod(s) for s in shapes) * p.dtype.itemsize,
+                               f"its output would be {len(shapes)} samples of {p.dtype}")
         return (_normalize_views(p, views),)
 
     return BatchOp(fn=crop_mirror_normalize, layouts=(p.layout,))

@@ -16,6 +16,7 @@ import numpy as np
 
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor_server.engine.ops.args import (
+    CV_MAX_CHANNELS,
     INTERP,
     WARP_DTYPES,
     Targs,
@@ -148,13 +149,14 @@ def build_resize(ctx: OpContext) -> SampleOp:
 
     def resize(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
-        check_image(op, image, WARP_DTYPES)
+        check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
         if out_dtype == "float32" and image.dtype != np.float32:
             image = image.astype(np.float32)  # resample in float: no rounding to the input type
         elif out_dtype == "uint8" and image.dtype != np.uint8:
             # DALI: the output type must be the input type or float.
             raise InvalidArgument(f"{op}: dtype='uint8' needs uint8 images, got {image.dtype}")
         out_hw = request.output_size((image.shape[0], image.shape[1]), requested(targs))
+        ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
         return (resize_image(image, out_hw, interp_type, antialias),)
 
     return SampleOp(fn=resize, layouts=("HWC",))

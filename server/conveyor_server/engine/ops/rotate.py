@@ -19,7 +19,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from conveyor.errors import SpecError
+from conveyor.errors import InvalidArgument, SpecError
 from conveyor_server.engine.ops.args import (
     INTERP,
     WARP_DTYPES,
@@ -101,6 +101,8 @@ def warp_affine(image: np.ndarray, inverse: np.ndarray, out_hw: tuple[int, int],
     return with_channels(out, channels)
 
 
+#: OpenCV's Lanczos warp (a remap) takes images below this many pixels per side.
+LANCZOS_MAX_EXTENT = 32767
 _VIA_FOUR_INTERP = frozenset((cv2.INTER_NEAREST, cv2.INTER_LINEAR))
 #: The dtypes OpenCV's RGB <-> RGBA conversion takes.
 _VIA_FOUR_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "float32"))
@@ -132,6 +134,11 @@ def build_rotate(ctx: OpContext) -> SampleOp:
             out_hw = in_hw
         else:
             out_hw = rotated_canvas(in_hw[0], in_hw[1], degrees)
+        ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
+        if interp == cv2.INTER_LANCZOS4 and max(*in_hw, *out_hw) >= LANCZOS_MAX_EXTENT:
+            raise InvalidArgument(f"{op}: interp_type='lanczos3' takes images up to "
+                                  f"{LANCZOS_MAX_EXTENT - 1} pixels high or wide (OpenCV's "
+                                  f"limit), got {in_hw[0]}x{in_hw[1]} -> {out_hw[0]}x{out_hw[1]}")
         fill = None if fill_value is None else \
             per_channel(op, "fill_value", fill_value, image.shape[2])
         matrix = rotation_matrix(in_hw, out_hw, degrees)

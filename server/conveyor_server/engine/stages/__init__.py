@@ -8,6 +8,10 @@ Every stage follows one contract, so one save/restore property test covers them 
 - ``advanced(state, samples)``: the state ``samples`` samples after ``state``, computed
   without stepping (a pure function), so the engine can checkpoint any position it
   produced without keeping snapshots.
+
+Positions count samples from the pipeline's start up to ``MAX_SAMPLES``, far beyond any
+training run and within the 64 bits that states and keyed draws hold; a stored state past
+it is corrupt.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from conveyor.v1 import checkpoint_pb2
+
+#: The furthest position, in samples from a pipeline's start, a stage goes to.
+MAX_SAMPLES = 2**62
 
 
 class SourceStage(Protocol):

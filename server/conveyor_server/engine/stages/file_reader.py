@@ -22,6 +22,7 @@ import numpy as np
 from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine import keyed_random
+from conveyor_server.engine.stages import MAX_SAMPLES
 
 STATE_EPOCH = "epoch"
 STATE_POSITION = "position"
@@ -121,6 +122,9 @@ class FileReaderStage:
             raise CorruptCheckpoint(f"op {self.op_index} (readers.file): checkpoint holds a "
                                     f"{state.WhichOneof('state')} state, expected a reader state")
         epoch, position = state.reader.epoch, state.reader.position
+        if epoch > MAX_SAMPLES:
+            raise CorruptCheckpoint(f"op {self.op_index} (readers.file): epoch {epoch} is "
+                                    f"beyond the furthest position ({MAX_SAMPLES} samples)")
         if position >= self.epoch_length(epoch):
             raise CorruptCheckpoint(
                 f"op {self.op_index} (readers.file): position {position} is beyond epoch "

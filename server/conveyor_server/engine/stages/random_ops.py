@@ -14,6 +14,7 @@ import numpy as np
 from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine import keyed_random
+from conveyor_server.engine.stages import MAX_SAMPLES
 
 STATE_SAMPLE_INDEX = "sample_index"
 
@@ -85,6 +86,10 @@ class RandomStage:
         if state.WhichOneof("state") != "random":
             raise CorruptCheckpoint(f"op {self.op_index} ({self.op_type}): checkpoint holds a "
                                     f"{state.WhichOneof('state')} state, expected a random state")
+        if state.random.sample_index > MAX_SAMPLES:
+            raise CorruptCheckpoint(f"op {self.op_index} ({self.op_type}): sample index "
+                                    f"{state.random.sample_index} is beyond the furthest "
+                                    f"position ({MAX_SAMPLES} samples)")
         self._next = state.random.sample_index
 
     def get_state(self) -> checkpoint_pb2.OpState:

@@ -1,0 +1,310 @@
+"""Bounds on the specs a server accepts, checked before anything is built from one.
+
+A spec comes from the network, and nothing in its encoding bounds what it asks for: a
+prefetch depth of 10^9 batches, a batch of 2^31 samples, a resize to 10^6 x 10^6 pixels or a
+random draw of 10^9 values per sample would each have the server allocate until it dies.
+``check_spec`` refuses such a spec in time proportional to its size, in three passes:
+
+1. sizes read from the fields as they arrived (the encoded size, batch size, threads,
+   prefetch depth, operator count, every string and list, the names in file paths),
+   before anything else reads them, so that no later check or error message handles an
+   unbounded value;
+2. the spec's validity (``conveyor.spec.validate_spec``: the graph and every argument);
+3. each operator's sizes fixed by its constant arguments: every extent argument against
+   ``limits.max_extent``, and where the output's shape follows from the arguments alone
+   (a crop window, a resize to a given size, a random draw's shape) its pixels and the
+   bytes of one sample, and of one batch when it is a pipeline output, before a byte of it
+   is allocated. Sizes that depend on the images are checked as each sample is made
+   (``EngineLimits.check_output``).
+
+A spec over a bound is ``ResourceExhausted``, one that is malformed ``InvalidArgument``;
+both name the field (``ops[3].args.size``) and, for a bound, the limit, in the message and
+in the error's metadata (``field``, ``limit``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from conveyor import schema
+from conveyor.errors import InvalidArgument, ResourceExhausted
+from conveyor.spec import validate_spec
+from conveyor.v1 import pipeline_pb2
+
+if TYPE_CHECKING:
+    from conveyor_server.engine.limits import EngineLimits
+
+#: Room a checkpoint takes beyond its spec: the engine's identity, one state and one file
+#: list digest per operator (a few KiB for the largest spec); generous on purpose.
+CHECKPOINT_OVERHEAD_BYTES = 1 << 20
+#: List arguments whose length follows the data set, bounded by the spec's size alone.
+LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels")})
+#: Arguments that are file paths, and the longest name a path component may have (Linux's
+#: NAME_MAX, in bytes): no file system holds a longer one, and the kernel refuses it with an
+#: error of its own.
+PATH_ARGS = frozenset({("readers.file", "file_root"), ("readers.file", "file_list"),
+                       ("readers.file", "files")})
+NAME_MAX = 255
+#: Arguments that are a height or a width in pixels (one number, or each of a list).
+EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {
+    "resize": ("resize_x", "resize_y", "resize_shorter", "resize_longer", "size", "max_size"),
+    "rotate": ("size",),
+    "crop": ("crop", "crop_h", "crop_w"),
+    "crop_mirror_normalize": ("crop", "crop_h", "crop_w"),
+}
+#: Bounds an operator sets in the configuration (``limits.<name>``); the others are fixed.
+CONFIGURABLE = ("max_batch_size", "max_threads", "max_prefetch_depth", "max_ops",
+                "max_spec_bytes")
+
+
+@dataclass(frozen=True)
+class SpecBounds:
+    #: Samples per batch.
+    max_batch_size: int = 4096
+    #: Worker threads of one pipeline.
+    max_threads: int = 64
+    #: Batches one pipeline computes ahead of its consumer.
+    max_prefetch_depth: int = 16
+    #: Operators in one spec (and outputs it returns).
+    max_ops: int = 256
+    #: The encoded spec (a checkpoint may be this plus ``CHECKPOINT_OVERHEAD_BYTES``).
+    max_spec_bytes: int = 16 << 20
+    #: Entries of a list argument (``mean``, ``shape``, ``file_filters``, ...), except the
+    #: file list itself (``files``, ``labels``), which only ``max_spec_bytes`` bounds.
+    max_list_items: int = 4096
+    #: Characters of a string argument or list entry (a path: Linux's PATH_MAX).
+    max_string_chars: int = 4096
+    #: Characters of an operator's type, name, device and argument names, and of the
+    #: spec's ``definition``.
+    max_name_chars: int = 256
+    #: Values a random operator draws per sample (the product of its ``shape``).
+    max_random_values: int = 4096
+
+    @property
+    def max_checkpoint_bytes(self) -> int:
+        """The largest checkpoint blob a server with these bounds accepts."""
+        return self.max_spec_bytes + CHECKPOINT_OVERHEAD_BYTES
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest request a server with these bounds must read: a Restore carrying a
+        checkpoint and a spec to compare it with (and as much again as a checkpoint's
+        overhead for the rest of the message)."""
+        return self.max_checkpoint_bytes + self.max_spec_bytes + CHECKPOINT_OVERHEAD_BYTES
+
+    def limit_name(self, attr: str) -> str:
+        """How a message names bound ``attr``: its configuration key, or the fixed value."""
+        if attr in CONFIGURABLE:
+            return f"the server's limit limits.{attr} = {getattr(self, attr):,}"
+        return f"the fixed limit {attr} = {getattr(self, attr):,}"
+
+    def over(self, field: str, what: str, attr: str) -> ResourceExhausted:
+        """The error for ``field``, which is ``what``, over bound ``attr``."""
+        key = f"limits.{attr}" if attr in CONFIGURABLE else attr
+        return ResourceExhausted(f"{field}: {what}, above {self.limit_name(attr)}",
+                                 field=field, limit=key)
+
+    def check_checkpoint(self, blob: bytes, field: str = "data") -> None:
+        """Refuse a checkpoint blob larger than any spec within these bounds can make."""
+        if len(blob) > self.max_checkpoint_bytes:
+            raise ResourceExhausted(
+                f"{field}: the checkpoint is {len(blob):,} bytes, above the server's limit "
+                f"of {self.max_checkpoint_bytes:,} (limits.max_spec_bytes = "
+                f"{self.max_spec_bytes:,} plus {CHECKPOINT_OVERHEAD_BYTES:,})",
+                field=field, limit="limits.max_spec_bytes")
+
+
+def check_spec(spec: pipeline_pb2.PipelineSpec, limits: EngineLimits) -> None:
+    """Validate ``spec`` and, where ``limits.spec`` is set, refuse one over its bounds or
+    whose fixed sizes are over ``limits``' (see the module's docstring)."""
+    bounds = limits.spec
+    if bounds is not None:
+        _check_sizes(spec, bounds)
+    validate_spec(spec)
+    if bounds is not None:
+        outputs = {(ref.op, ref.output) for ref in spec.outputs}
+        for index, op in enumerate(spec.ops):
+            _check_op_sizes(index, op, spec.batch_size, (index, 0) in outputs, bounds, limits)
+
+
+# -- pass 1: sizes as received ------------------------------------------------------------
+
+
+def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
+    size = spec.ByteSize()
+    if size > bounds.max_spec_bytes:
+        raise bounds.over("spec", f"encoded in {size:,} bytes", "max_spec_bytes")
+    for field, attr in (("batch_size", "max_batch_size"), ("num_threads", "max_threads"),
+                        ("prefetch_queue_depth", "max_prefetch_depth")):
+        value = getattr(spec, field)
+        if value > getattr(bounds, attr):
+            raise bounds.over(field, f"{value:,}", attr)
+    for field in ("ops", "outputs"):
+        count = len(getattr(spec, field))
+        if count > bounds.max_ops:
+            raise bounds.over(field, f"{count:,} entries", "max_ops")
+    _check_name("definition", spec.definition, bounds)
+    for index, op in enumerate(spec.ops):
+        where = f"ops[{index}]"
+        for field in ("type", "name", "device"):
+            _check_name(f"{where}.{field}", getattr(op, field), bounds)
+        for name in op.arg_inputs:
+            _check_name(f"{where}.arg_inputs", name, bounds)
+        for name, argument in op.args.items():
+            _check_name(f"{where}.args", name, bounds)
+            _check_argument(f"{where}.args.{name}", argument, (op.type, name) in LONG_LISTS,
+                            bounds)
+            if (op.type, name) in PATH_ARGS:
+                _check_paths(f"{where}.args.{name}", argument)
+
+
+def _check_name(field: str, value: str, bounds: SpecBounds) -> None:
+    if len(value) > bounds.max_name_chars:
+        raise bounds.over(field, f"{len(value):,} characters", "max_name_chars")
+
+
+def _check_argument(field: str, argument: pipeline_pb2.Argument, long_list: bool,
+                    bounds: SpecBounds) -> None:
+    which = argument.WhichOneof("value")
+    if which == "s" and len(argument.s) > bounds.max_string_chars:
+        raise bounds.over(field, f"{len(argument.s):,} characters", "max_string_chars")
+    if which not in ("ints", "floats", "strings"):
+        return
+    values = getattr(argument, which).values
+    if len(values) > bounds.max_list_items and not long_list:
+        raise bounds.over(field, f"{len(values):,} entries", "max_list_items")
+    if which == "strings":
+        for i, value in enumerate(values):
+            if len(value) > bounds.max_string_chars:
+                raise bounds.over(f"{field}[{i}]", f"{len(value):,} characters",
+                                  "max_string_chars")
+
+
+def _check_paths(field: str, argument: pipeline_pb2.Argument) -> None:
+    which = argument.WhichOneof("value")
+    paths = [argument.s] if which == "s" else list(argument.strings.values) \
+        if which == "strings" else []
+    for i, path in enumerate(paths):
+        longest = max((len(part.encode()) for part in path.split("/")), default=0)
+        if longest > NAME_MAX:
+            where = field if which == "s" else f"{field}[{i}]"
+            raise InvalidArgument(f"{where}: a path component of {longest:,} bytes; no file "
+                                  f"name is longer than {NAME_MAX}", field=where)
+
+
+# -- pass 3: each operator's fixed sizes ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """An output shape that an operator's constant arguments fix."""
+
+    #: The argument that fixes it, for the field path.
+    arg: str
+    #: (height, width) of an image, or a random draw's shape.
+    shape: tuple[int, ...]
+    #: The fewest bytes one of its values takes (an image's channels are not known yet).
+    itemsize: int
+    image: bool
+
+
+def _check_op_sizes(index: int, op: pipeline_pb2.OpSpec, batch_size: int, is_output: bool,
+                    bounds: SpecBounds, limits: EngineLimits) -> None:
+    args = schema.decode_args(op)
+    where = f"ops[{index}].args"
+    for name, value in _extents(op.type, args):
+        if limits.max_extent is not None and value > limits.max_extent:
+            raise ResourceExhausted(
+                f"{where}.{name} ({op.type}): {value:,.0f} pixels, above the server's limit "
+                f"limits.max_extent = {limits.max_extent:,}",
+                field=f"{where}.{name}", limit="limits.max_extent")
+    fixed = _fixed_output(op.type, args, op.arg_inputs)
+    if fixed is None:
+        return
+    field = f"{where}.{fixed.arg}"
+    count = math.prod(fixed.shape)
+    if fixed.image:
+        pixels = limits.max_image_pixels
+        if pixels is not None and count > pixels:
+            raise ResourceExhausted(
+                f"{field} ({op.type}): an output of {'x'.join(map(str, fixed.shape))} = "
+                f"{count:,} pixels, above the server's limit limits.max_image_pixels = "
+                f"{pixels:,}", field=field, limit="limits.max_image_pixels")
+    elif count > bounds.max_random_values:
+        raise bounds.over(field, f"{count:,} values per sample ({op.type})",
+                          "max_random_values")
+    _check_bytes(field, op.type, count * fixed.itemsize, batch_size, is_output, limits)
+
+
+def _check_bytes(field: str, op_type: str, sample_bytes: int, batch_size: int,
+                 is_output: bool, limits: EngineLimits) -> None:
+    limit = limits.max_batch_bytes
+    if limit is None:
+        return
+    if sample_bytes > limit:
+        what = f"one sample of its output takes at least {sample_bytes:,} bytes"
+    elif is_output and sample_bytes * batch_size > limit:
+        what = (f"a batch of its output takes at least {batch_size:,} x {sample_bytes:,} = "
+                f"{batch_size * sample_bytes:,} bytes")
+    else:
+        return
+    raise ResourceExhausted(f"{field} ({op_type}): {what}, above the server's limit "
+                            f"limits.max_batch_bytes = {limit:,}",
+                            field=field, limit="limits.max_batch_bytes")
+
+
+def _extents(op_type: str, args: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
+    for name in EXTENT_ARGS.get(op_type, ()):
+        value = args.get(name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, int | float):
+                yield name, v
+
+
+def _pixels(x: float) -> int:
+    """An extent argument as whole pixels, as the operators round it (at least 1)."""
+    return max(1, math.floor(x + 0.5))
+
+
+def _fixed_output(op_type: str, args: Mapping[str, Any],
+                  fed: Mapping[str, Any]) -> _Fixed | None:
+    """The output shape that ``op_type``'s constant arguments fix, if they do."""
+    if op_type in ("random.uniform", "random.normal", "random.coin_flip"):
+        return _Fixed("shape", tuple(int(d) for d in args["shape"]),
+                      np.dtype(args["dtype"]).itemsize, image=False)
+    if op_type in ("crop", "crop_mirror_normalize"):
+        hw = args["crop"] or ((args["crop_h"], args["crop_w"]) if args["crop_h"] else None)
+        if hw is None or (op_type == "crop" and args["out_of_bounds_policy"] == "trim_to_shape"):
+            return None
+        arg = "crop" if args["crop"] else "crop_h"
+        itemsize = np.dtype(args["dtype"]).itemsize if op_type != "crop" else 1
+        return _Fixed(arg, (max(1, int(hw[0])), max(1, int(hw[1]))), itemsize, image=True)
+    if op_type == "rotate" and args["size"] is not None:
+        return _Fixed("size", (_pixels(args["size"][0]), _pixels(args["size"][1])), 1,
+                      image=True)
+    if op_type == "resize" and args["mode"] in ("default", "stretch"):
+        return _fixed_resize(args, fed)
+    return None
+
+
+def _fixed_resize(args: Mapping[str, Any], fed: Mapping[str, Any]) -> _Fixed | None:
+    """Both extents given as constants: the output is that size, each clamped to
+    ``max_size``."""
+    if args["size"] is not None:
+        arg, (h, w) = "size", args["size"]
+    elif "resize_x" not in fed and "resize_y" not in fed:
+        arg, h, w = "resize_x", args["resize_y"], args["resize_x"]
+    else:
+        return None
+    if not (h > 0 and w > 0):
+        return None
+    max_size = args["max_size"] or (0.0,)
+    max_h, max_w = max_size[0], max_size[-1]
+    h, w = min(h, max_h) if max_h > 0 else h, min(w, max_w) if max_w > 0 else w
+    itemsize = 4 if args["dtype"] == "float32" else 1
+    return _Fixed(arg, (_pixels(h), _pixels(w)), itemsize, image=True)
