@@ -126,7 +126,8 @@ def test_credentials_are_checked_before_the_request_is_parsed(
         with pytest.raises(grpc.RpcError) as parsed:
             call(garbage, timeout=10, metadata=(("authorization", bearer(ALICE)),))
         assert parsed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "ListPipelines: the request is not a valid message" in parsed.value.details()
+        assert "the request is not a valid conveyor.v1.ListPipelinesRequest" in \
+            parsed.value.details()
         stream = channel.stream_stream(f"/{SERVICE_NAME}/StreamBatches")
         with pytest.raises(grpc.RpcError) as streamed:
             list(stream(iter([garbage]), timeout=10))

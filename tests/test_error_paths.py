@@ -103,7 +103,7 @@ def test_no_error_reveals_where_the_data_roots_are(
         "file_root missing": (errors.InvalidArgument, "'<root 0>/imgs/no' is not a directory"),
         "no files": (errors.InvalidArgument, "no files found in '<root 0>/empty'"),
         "bad file_list": (errors.InvalidArgument, "file_list '<root 0>/imgs/list.txt' line 1"),
-        "NUL in files": (errors.SpecError, "a NUL byte"),
+        "NUL in files": (errors.SpecError, "contains a NUL character"),
         "size changed": (errors.DataLoss, "'<root 0>/later/class_0/img_000.jpg' has 100 bytes"),
         "swapped for a symlink": (errors.DataLoss, "'<root 0>/imgs/class_0/img_001.jpg': a "
                                                    "symbolic link"),
