@@ -45,6 +45,9 @@ def _make_op(op_type: str) -> Callable[..., Any]:
             elif value is not None:
                 spec.args[key].CopyFrom(encode_arg(op_type, key, value))
         spec.num_outputs = num_outputs(spec)
+        if schema.outputs_from and not spec.num_outputs:
+            raise SpecError(op_type, schema.outputs_from, "needs at least one entry (one per "
+                            "output)")
         index = builder.add(spec)
         nodes = [DataNode(index, i, builder) for i in range(spec.num_outputs)]
         return nodes[0] if len(nodes) == 1 else tuple(nodes)

@@ -3,7 +3,8 @@
 Shared by the definition API (which validates as you write the pipeline) and the server
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
 ``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
-is made of is in ``schema_args``.
+is made of is in ``schema_args``; the numpy and webdataset readers' schemas are in
+``reader_schemas``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from conveyor import schema_args
 from conveyor.errors import SpecError
+from conveyor.reader_schemas import READER_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -62,6 +64,7 @@ SCHEMAS: dict[str, OpSchema] = {
             **_SEED,
         },
     ),
+    **READER_SCHEMAS,
     "decoders.image": OpSchema(
         1,
         ("images",),

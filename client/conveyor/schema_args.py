@@ -1,6 +1,6 @@
 """What an operator schema is made of: ``Arg`` (one argument), ``OpSchema`` (an
 operator), and the arguments many operators share. ``schema.py`` assembles the schemas
-from these and validates arguments against them.
+from these (``reader_schemas.py`` holds some of them) and validates arguments against them.
 """
 
 from __future__ import annotations
