@@ -114,10 +114,12 @@ class ReaderPaths:
         try:
             if self.roots is not None and item.root >= 0:
                 return self.roots.open(item.root, item.relative)
-            fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO must not wait for a writer (it is refused after the fstat).
+            fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise DataFileError("it is not a regular file")
+            os.set_blocking(fd, True)
             return fd
         except DataFileError as exc:
             raise DataFileError(f"{self.op}: cannot read {name}: {exc.message}") from None
