@@ -4,17 +4,33 @@ and the file reader's order semantics."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conveyor.errors import CorruptCheckpoint, SpecError
-from conveyor.v1 import checkpoint_pb2
+from conveyor.schema import decode_args, encode_arg
+from conveyor.v1 import checkpoint_pb2, pipeline_pb2
+from conveyor_server.engine.data_roots import DataRoots
+from conveyor_server.engine.limits import NO_LIMITS
+from conveyor_server.engine.readers.build import build_reader
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
+from tests.reader_data import make_npy_folder, make_shards
 
 B = 4
+#: Real files for the readers built from them (filled by the module's fixture).
+READER_DATA: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reader_data(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("readers")
+    make_npy_folder(root / "npy", count=15)
+    make_shards(root / "wds", [6, 4, 7])
+    READER_DATA["root"] = root
 
 
 def reader(**kw: object) -> Callable[[], SourceStage]:
@@ -22,6 +38,21 @@ def reader(**kw: object) -> Callable[[], SourceStage]:
         args: dict = {"batch_size": B, "seed": 7, **kw}
         n = args.pop("n", 15)
         return FileReaderStage(0, n, **args)
+    return make
+
+
+def built(op_type: str, **kw: object) -> Callable[[], SourceStage]:
+    """The stage the plan builds for a reader over real files: 15 arrays, 17 samples."""
+    def make() -> SourceStage:
+        root = READER_DATA["root"]
+        data: dict[str, object] = {"file_root": str(root / "npy")} \
+            if op_type == "readers.numpy" else \
+            {"paths": [str(p) for p in sorted((root / "wds").glob("*.tar"))], "ext": ["jpg"]}
+        op = pipeline_pb2.OpSpec(type=op_type)
+        for name, value in {**data, **kw}.items():
+            op.args[name].CopyFrom(encode_arg(op_type, name, value))
+        return build_reader(op_type, 0, decode_args(op), batch_size=B, seed=7,
+                            roots=DataRoots([root]), limits=NO_LIMITS).stage
     return make
 
 
@@ -48,6 +79,16 @@ STAGES = {
     "shards4_shuffle_pad": reader(num_shards=4, shard_id=3, random_shuffle=True,
                                   pad_last_batch=True, n=17),
     "shards3_sae": reader(num_shards=3, shard_id=1, shuffle_after_epoch=True, n=16),
+    "numpy_plain": built("readers.numpy"),
+    "numpy_shards3_id1_shuffle": built("readers.numpy", num_shards=3, shard_id=1,
+                                       random_shuffle=True),
+    "numpy_shards2_sae_pad": built("readers.numpy", num_shards=2, shard_id=1,
+                                   shuffle_after_epoch=True, pad_last_batch=True),
+    "webdataset_plain": built("readers.webdataset"),
+    "webdataset_shards3_id2_stick": built("readers.webdataset", num_shards=3, shard_id=2,
+                                          stick_to_shard=True, random_shuffle=True),
+    "webdataset_shards4_pad": built("readers.webdataset", num_shards=4, shard_id=3,
+                                    pad_last_batch=True),
     "uniform": rand("random.uniform"),
     "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
     "normal": rand("random.normal"),

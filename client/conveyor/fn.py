@@ -12,7 +12,7 @@ from typing import Any
 
 from conveyor.errors import SpecError
 from conveyor.pipeline_def import DataNode, current_builder
-from conveyor.schema import SCHEMAS, encode_arg, schema_of
+from conveyor.schema import SCHEMAS, encode_arg, num_outputs, schema_of
 from conveyor.v1 import pipeline_pb2
 
 
@@ -44,8 +44,12 @@ def _make_op(op_type: str) -> Callable[..., Any]:
                 spec.arg_inputs[key].CopyFrom(value.ref())
             elif value is not None:
                 spec.args[key].CopyFrom(encode_arg(op_type, key, value))
+        spec.num_outputs = num_outputs(spec)
+        if schema.outputs_from and not spec.num_outputs:
+            raise SpecError(op_type, schema.outputs_from, "needs at least one entry (one per "
+                            "output)")
         index = builder.add(spec)
-        nodes = [DataNode(index, i, builder) for i in range(len(schema.outputs))]
+        nodes = [DataNode(index, i, builder) for i in range(spec.num_outputs)]
         return nodes[0] if len(nodes) == 1 else tuple(nodes)
 
     op.__name__ = op_type.rsplit(".", 1)[-1]

@@ -2,18 +2,20 @@
 
 Shared by the definition API (which validates as you write the pipeline) and the server
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
-``OpSpec``'s arguments back into Python values with the defaults filled in.
+``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
+is made of is in ``schema_args``; the numpy and webdataset readers' schemas are in
+``reader_schemas``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from conveyor import schema_args
 from conveyor.errors import SpecError
+from conveyor.reader_schemas import READER_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -21,38 +23,12 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
-#: What happens to a sample whose file cannot be read or decoded: the pipeline stops
-#: ("fail"), the sample is left out of its batch ("skip"), or the batch's next good sample
-#: takes its place ("replace"). Decided by the batch's position alone, so resume is exact.
-ON_ERROR = ("fail", "skip", "replace")
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One argument: ``kind`` is int, float, bool, str, ints, floats, strings or enum."""
-
-    kind: str
-    default: Any = None
-    choices: tuple[str, ...] = ()
-    #: May be fed per sample by another operator's output (``angle=angles``).
-    tensor: bool = False
-    required: bool = False
-    #: For list kinds: allowed lengths (empty: any).
-    lengths: tuple[int, ...] = ()
-    minimum: float | None = None
-    maximum: float | None = None
-
-
-@dataclass(frozen=True)
-class OpSchema:
-    num_inputs: int
-    outputs: tuple[str, ...]
-    args: Mapping[str, Arg] = field(default_factory=dict)
-    devices: tuple[str, ...] = ("cpu",)
-
-
-_SEED = {"seed": Arg("int", default=-1, minimum=-1)}
-_ON_ERROR = {"on_error": Arg("enum", default="fail", choices=ON_ERROR)}
+# Defined in schema_args; named here too, where they have always been.
+Arg = schema_args.Arg
+OpSchema = schema_args.OpSchema
+ON_ERROR = schema_args.ON_ERROR
+_SEED = schema_args.SEED_ARGS
+_ON_ERROR = schema_args.ON_ERROR_ARGS
 _CROP = {
     "crop": Arg("floats", lengths=(2,), minimum=1),
     "crop_h": Arg("float", default=0.0, minimum=0),
@@ -89,6 +65,7 @@ SCHEMAS: dict[str, OpSchema] = {
             **_SEED,
         },
     ),
+    **READER_SCHEMAS,
     "decoders.image": OpSchema(
         1,
         ("images",),
@@ -207,9 +184,22 @@ def schema_of(op_type: str) -> OpSchema:
         raise SpecError(op_type, None, f"unknown operator (known: {known})") from None
 
 
+def num_outputs(op: pipeline_pb2.OpSpec) -> int:
+    """How many outputs a configured operator has: fixed by its schema, or one per entry
+    of its ``outputs_from`` argument."""
+    schema = schema_of(op.type)
+    if schema.outputs_from and schema.outputs_from in op.args:
+        value = decode_value(op.args[schema.outputs_from])
+        if isinstance(value, tuple):  # anything else is refused with the arguments
+            return len(value)
+    return len(schema.outputs)
+
+
 def _allowed(arg: Arg) -> str:
     if arg.kind == "enum":
         return "one of " + ", ".join(repr(c) for c in arg.choices)
+    if arg.kind == "strings" and arg.choices:
+        return "a list of strings, each one of " + ", ".join(repr(c) for c in arg.choices)
     text = {"int": "an int", "float": "a number", "bool": "a bool", "str": "a string",
             "ints": "a list of ints", "floats": "a list of numbers",
             "strings": "a list of strings"}[arg.kind]
@@ -264,6 +254,8 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
     elif kind in ("ints", "floats", "strings"):
         if kind == "floats" and _is_number(value):
             value = [value]
+        if kind == "strings" and isinstance(value, str):  # one string, as DALI takes it
+            value = [value]
         if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
             raise bad
         items = list(value)
@@ -284,7 +276,9 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
             if not all(isinstance(v, str) for v in items):
                 raise bad
             _check_text(op, name, items)
-            out.strings.values.extend(items)
+            if arg.choices and not all(v in arg.choices for v in items):
+                raise bad
+            out.strings.values.extend(str(v) for v in items)
     else:  # pragma: no cover - schema bug
         raise AssertionError(kind)
     return out

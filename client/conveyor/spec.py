@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.schema import decode_args, decode_value, schema_of
+from conveyor.schema import decode_args, decode_value, num_outputs, schema_of
 from conveyor.v1 import pipeline_pb2
 
 #: Version of the spec semantics; part of the fingerprint.
@@ -34,9 +34,9 @@ def validate_spec(spec: pipeline_pb2.PipelineSpec) -> None:
     for index, op in enumerate(spec.ops):
         schema = schema_of(op.type)
         where = f"{op.type} (op {index})"
-        if op.num_outputs != len(schema.outputs):
+        if op.num_outputs != num_outputs(op):
             raise SpecError(where, None, f"has {op.num_outputs} outputs, expected "
-                            f"{len(schema.outputs)}")
+                            f"{num_outputs(op)}")
         if len(op.inputs) != schema.num_inputs:
             raise SpecError(where, None,
                             f"takes {schema.num_inputs} input(s), got {len(op.inputs)}")

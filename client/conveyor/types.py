@@ -15,6 +15,8 @@ class DALIDataType(StrEnum):
     UINT8 = "uint8"
     INT8 = "int8"
     UINT16 = "uint16"
+    UINT32 = "uint32"
+    UINT64 = "uint64"
     INT16 = "int16"
     INT32 = "int32"
     INT64 = "int64"
@@ -38,6 +40,8 @@ GRAY = DALIImageType.GRAY
 UINT8 = DALIDataType.UINT8
 INT8 = DALIDataType.INT8
 UINT16 = DALIDataType.UINT16
+UINT32 = DALIDataType.UINT32
+UINT64 = DALIDataType.UINT64
 INT16 = DALIDataType.INT16
 INT32 = DALIDataType.INT32
 INT64 = DALIDataType.INT64

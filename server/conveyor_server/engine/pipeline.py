@@ -170,15 +170,14 @@ class Pipeline:
         self._fill()
         pending = self._inflight.popleft()
         try:
-            results = pending.results()
+            results = self._segments.outputs(pending.results())
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
             self._rewind()
             raise
         outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
-                   for ref, samples in zip(self._plan.outputs,
-                                           self._segments.outputs(results), strict=True)]
+                   for ref, samples in zip(self._plan.outputs, results, strict=True)]
         try:
             self._limits.check_batch(outputs, self._returned)
         except BaseException:

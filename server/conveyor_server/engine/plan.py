@@ -25,6 +25,8 @@ from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
+from conveyor_server.engine.readers.build import READERS, SampleSource, build_reader
+from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
@@ -39,10 +41,13 @@ class ReaderBinding:
     entries: list[file_list.FileEntry]
     name: str
     digest: checkpoint_pb2.FileListDigest
-    identity: DataIdentity
+    identity: DataIdentity | ReaderIdentity
     #: How its files are opened (beneath their data roots, bounded) and named.
     files: DataFiles
     on_error: str = "fail"
+    #: Reads a sample's outputs by index (``engine/readers/``); None for ``readers.file``,
+    #: whose samples are its entries' bytes and labels.
+    source: SampleSource | None = None
 
 
 @dataclass
@@ -177,6 +182,18 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                                                 files, args["on_error"])
             plan.stages.append(reader)
             plan.layouts[(index, 0)] = plan.layouts[(index, 1)] = ""
+        elif op.type in READERS:
+            parts = build_reader(op.type, index, args, batch_size=batch,
+                                 seed=_seed(args, spec.seed), roots=roots, limits=limits)
+            digest = checkpoint_pb2.FileListDigest(
+                op=index, reader_name=op.name, num_files=parts.identity.count,
+                sha256=parts.identity.digest)
+            plan.readers[index] = ReaderBinding(parts.stage, [], op.name, digest,
+                                                parts.identity, files, args["on_error"],
+                                                parts.source)
+            plan.stages.append(parts.stage)
+            for out in range(op.num_outputs):
+                plan.layouts[(index, out)] = ""
         elif op.type in DRAWS:
             stage = RandomStage(op.type, index, args, batch_size=batch,
                                 seed=_seed(args, spec.seed))

@@ -106,7 +106,10 @@ class SegmentRunner:
                 self.replaced += sum(s.policy == "replace" for s in states if s.failed)
                 self.skipped += sum(s.policy == "skip" for s in states if s.failed)
             states = rows
-        return [[s.values[ref] for s in states] for ref in self._plan.outputs]
+        columns = [[s.values[ref] for s in states] for ref in self._plan.outputs]
+        for output, column in enumerate(columns):
+            _check_uniform(output, column, states)
+        return columns
 
     # -- phases --------------------------------------------------------------------------
 
@@ -166,19 +169,41 @@ class SegmentRunner:
         return run
 
     def _read(self, state: SampleState) -> None:
-        """Replace each reader's file index with the file's bytes and its label."""
+        """Replace each reader's sample index with what it reads: the file's bytes and
+        label (``readers.file``), or the outputs its source reads (the other readers)."""
         values = state.values
         for op, binding in self._plan.readers.items():
-            entry = binding.entries[values[(op, 0)]]
-            state.where = state.where or binding.files.name(entry)
+            index = values[(op, 0)]
+            source = binding.source
             try:
-                values[(op, 0)] = binding.files.read(entry)
+                if source is None:
+                    entry = binding.entries[index]
+                    state.where = state.where or binding.files.name(entry)
+                    outputs = [binding.files.read(entry),
+                               np.array([entry.label], dtype=np.int32)]
+                else:
+                    state.where = state.where or source.where(index)
+                    outputs = source.read(index)
             except ConveyorError as exc:
                 if not _tolerated(binding.on_error, exc):
                     raise
-                state.fail(binding.on_error, f"readers.file (op {op})", exc)
+                state.fail(binding.on_error, f"{binding.stage.op_type} (op {op})", exc)
                 return
             with self._lock:
                 self.files_read += 1
-            values[(op, 1)] = np.array([entry.label], dtype=np.int32)
+            for o, out in enumerate(outputs):
+                values[(op, o)] = out
+
+
+def _check_uniform(output: int, samples: list[Any], states: list[SampleState]) -> None:
+    """The samples of one output share a dtype and a number of dimensions (a batch is one
+    tensor list, as in DALI); a reader's files that do not are DATA_LOSS naming both."""
+    first = samples[0]
+    for i, sample in enumerate(samples):
+        if sample.dtype != first.dtype or sample.ndim != first.ndim:
+            raise DataFileError(
+                f"output {output}: sample {i} ({states[i].where!r}) is {sample.dtype} with "
+                f"{sample.ndim} dimensions, sample 0 ({states[0].where!r}) is {first.dtype} "
+                f"with {first.ndim}: the samples of a batch must share dtype and number of "
+                "dimensions")
 

@@ -43,12 +43,17 @@ if TYPE_CHECKING:
 #: list digest per operator (a few KiB for the largest spec); generous on purpose.
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 #: List arguments whose length follows the data set, bounded by the spec's size alone.
-LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels")})
+LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels"),
+                        ("readers.numpy", "files"), ("readers.webdataset", "paths"),
+                        ("readers.webdataset", "index_paths")})
 #: Arguments that are file paths, and the longest name a path component may have (Linux's
 #: NAME_MAX, in bytes): no file system holds a longer one, and the kernel refuses it with an
 #: error of its own.
 PATH_ARGS = frozenset({("readers.file", "file_root"), ("readers.file", "file_list"),
-                       ("readers.file", "files")})
+                       ("readers.file", "files"), ("readers.numpy", "file_root"),
+                       ("readers.numpy", "file_list"), ("readers.numpy", "files"),
+                       ("readers.webdataset", "paths"),
+                       ("readers.webdataset", "index_paths")})
 NAME_MAX = 255
 #: Arguments that are a height or a width in pixels (one number, or each of a list).
 EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {

@@ -211,3 +211,7 @@ def _file_order() -> list[np.ndarray]:
         stage = FileReaderStage(5, n, batch_size=4, seed=0x5EED, **options)
         out += [stage.order(epoch) for epoch in range(3)]
     return out
+
+
+# The readers' probes live beside, in their own module; importing it registers them.
+from conveyor_server.engine.behaviour import reader_probes  # noqa: E402, F401

@@ -11,6 +11,9 @@ sample until every shard's epoch is the largest shard's size rounded up to whole
 Without padding, a batch straddles the epoch boundary.
 
 State: (epoch, position in the epoch). No permutation is ever stored.
+
+Every reader orders its samples this way (DALI's readers share one loader): the numpy and
+webdataset readers are this stage over their sample lists, named by ``op_type``.
 """
 
 from __future__ import annotations
@@ -45,16 +48,19 @@ class FileReaderStage:
         random_shuffle: bool = False,
         shuffle_after_epoch: bool = False,
         shuffle_after_epoch_seed: int = 524287,
+        op_type: str = "readers.file",
+        unit: str = "files",
     ) -> None:
-        op = "readers.file"
+        op = op_type
         if shard_id >= num_shards:
             raise SpecError(op, "shard_id", f"got {shard_id}, expected < num_shards ({num_shards})")
         if num_files < num_shards:
             raise SpecError(op, "num_shards", f"got {num_shards}, but there are only "
-                            f"{num_files} files")
+                            f"{num_files} {unit}")
         if random_shuffle and shuffle_after_epoch:
             raise SpecError(op, "shuffle_after_epoch", "cannot be combined with random_shuffle")
         self.op_index = op_index
+        self.op_type = op_type
         self.num_files = num_files
         self.batch_size = batch_size
         self.seed = seed
@@ -119,7 +125,7 @@ class FileReaderStage:
             self._epoch, self._position = 0, 0
             return
         if state.WhichOneof("state") != "reader":
-            raise CorruptCheckpoint(f"op {self.op_index} (readers.file): checkpoint holds a "
+            raise CorruptCheckpoint(f"op {self.op_index} ({self.op_type}): checkpoint holds a "
                                     f"{state.WhichOneof('state')} state, expected a reader state")
         epoch, position = state.reader.epoch, state.reader.position
         if epoch > MAX_SAMPLES:
@@ -127,7 +133,7 @@ class FileReaderStage:
                                     f"beyond the furthest position ({MAX_SAMPLES} samples)")
         if position >= self.epoch_length(epoch):
             raise CorruptCheckpoint(
-                f"op {self.op_index} (readers.file): position {position} is beyond epoch "
+                f"op {self.op_index} ({self.op_type}): position {position} is beyond epoch "
                 f"{epoch}'s length {self.epoch_length(epoch)}")
         self._epoch, self._position = epoch, position
 
