@@ -42,16 +42,37 @@ def _conveyor_method(details: grpc.HandlerCallDetails) -> str | None:
     return path[len(_PREFIX):] if path.startswith(_PREFIX) else None
 
 
-class RpcMetrics(grpc.ServerInterceptor):
-    def __init__(self, observer: ServiceObserver) -> None:
-        self._observer = observer
+class _PerMethod(grpc.ServerInterceptor):
+    """Wraps each Conveyor method's handler once. A method's handler never changes, so
+    the wrapped one is kept: a call then costs a dictionary lookup here rather than new
+    closures and handler objects (per-call work stays inside the wrapped behaviour)."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     def intercept_service(self, continuation: Continuation,
                           details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        kept = self._wrapped.get(details.method)
+        if kept is not None:
+            return kept
         handler = continuation(details)
         method = _conveyor_method(details)
         if handler is None or method is None:
             return handler
+        wrapped = self._wrap(handler, method)
+        self._wrapped[details.method] = wrapped
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+
+class RpcMetrics(_PerMethod):
+    def __init__(self, observer: ServiceObserver) -> None:
+        super().__init__()
+        self._observer = observer
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         return rewrap(handler, lambda behaviour, streaming: self._counted(
             behaviour, method, streaming))
 
@@ -85,20 +106,12 @@ class RpcMetrics(grpc.ServerInterceptor):
         return call
 
 
-class Authentication(grpc.ServerInterceptor):
+class Authentication(_PerMethod):
     def __init__(self, authenticator: Authenticator) -> None:
+        super().__init__()
         self._authenticator = authenticator
 
-    def intercept_service(self, continuation: Continuation,
-                          details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
-        method = _conveyor_method(details)
-        if handler is None or method is None:
-            return handler
-        return self._identified_first(handler, method)
-
-    def _identified_first(self, handler: grpc.RpcMethodHandler,
-                          method: str) -> grpc.RpcMethodHandler:
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         """``handler`` taking the request's bytes: the caller is identified first, then
         the bytes are parsed and the handler's behaviour runs."""
         behaviour, parse = behaviour_of(handler), handler.request_deserializer
