@@ -1,0 +1,117 @@
+"""Wire size: one trainer's stream of 224x224 images as uint8, float16 and float32.
+
+The pipeline reads 224x224x3 uint8 images from ``.npy`` files (``fn.readers.numpy``, so
+the server's work is small and the stream itself is measured) and sends them as they are
+(uint8, HWC), or through ``crop_mirror_normalize`` to float16 or float32 CHW. Each is
+measured in process (``Pipeline.run``: what the engine makes) and over gRPC on loopback
+(``conveyor.Client``, one stream, the trainer consuming as fast as it can). A fourth
+contender keeps uint8 on the wire and normalises to float16 on the trainer
+(``conveyor.torch.crop_mirror_normalize`` on its CPU), as a trainer with a GPU would on
+the GPU. Batches of 64; images per second, and the bytes of one image on the wire.
+
+Target: >= 2,500 images/s per trainer stream in float16 on loopback.
+
+Run: python -m bench.wire [--quick] [--runs N]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import conveyor
+from bench._shared import Server, interleaved, machine, median, parse_args, spread, table
+from conveyor import fn, pipeline_def, types
+from conveyor_server import Pipeline
+
+SIZE = 224
+BATCH = 64
+FILES = 256
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+FORMATS = {"uint8": None, "float16": types.FLOAT16, "float32": types.FLOAT}
+TARGET = 2500
+
+
+def make_arrays(root: Path) -> Path:
+    rng = np.random.default_rng(224)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(FILES):
+        np.save(root / f"img_{i:04d}.npy",
+                rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8))
+    return root
+
+
+def spec_for(root: Path, dtype: Any) -> Any:
+    @pipeline_def(batch_size=BATCH, num_threads=2, prefetch_queue_depth=2, seed=7)
+    def wire() -> Any:
+        images = fn.readers.numpy(file_root=str(root), random_shuffle=True)
+        if dtype is None:
+            return images
+        return fn.crop_mirror_normalize(images, mean=MEAN, std=STD, dtype=dtype,
+                                        output_layout="CHW")
+    return wire()
+
+
+def images_per_second(step: Callable[[], object], batches: int) -> float:
+    step()
+    step()
+    start = time.perf_counter()
+    for _ in range(batches):
+        step()
+    return batches * BATCH / (time.perf_counter() - start)
+
+
+def main() -> None:
+    args = parse_args(__doc__ or "")
+    runs = args.runs or (2 if args.quick else 5)
+    batches = 20 if args.quick else 60
+    print(machine())
+    import torch
+
+    from conveyor.torch import crop_mirror_normalize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = make_arrays(Path(tmp) / "arrays")
+        specs = {name: spec_for(root, dtype) for name, dtype in FORMATS.items()}
+        local = {name: Pipeline(spec, data_roots=[tmp]) for name, spec in specs.items()}
+        sizes = {name: sum(t.at(0).nbytes for t in local[name].run())
+                 for name in FORMATS}
+        with Server(Path(tmp)) as server, conveyor.Client(server.address, timeout=60) as c:
+            remote = {name: c.create(f"wire-{name}", spec) for name, spec in specs.items()}
+
+            def trainer_normalised() -> None:
+                batch = torch.from_numpy(remote["uint8"].run()[0].as_array())
+                crop_mirror_normalize(batch, mean=MEAN, std=STD, dtype=torch.float16)
+
+            def rate(step: Callable[[], object]) -> Callable[[], float]:
+                return lambda: images_per_second(step, batches)
+
+            contenders: dict[str, Callable[[], float]] = {}
+            for name in FORMATS:
+                contenders[f"in process, {name}"] = rate(local[name].run)
+                contenders[f"gRPC stream, {name}"] = rate(remote[name].run)
+            contenders["gRPC stream, uint8 + trainer-side float16"] = rate(trainer_normalised)
+            results = interleaved(contenders, runs)
+            for stream in remote.values():
+                stream.close()
+        for engine in local.values():
+            engine.close()
+    rows = []
+    for name, values in results.items():
+        fmt = name.split(", ", 1)[1].split(" ")[0]
+        rows.append((name, f"{median(values):,.0f}", spread(values, "{:,.0f}"),
+                     f"{sizes[fmt]:,}"))
+    table(rows, ("224x224 images, batches of 64", "images/s", "spread", "bytes/image"))
+    fp16 = median(results["gRPC stream, float16"])
+    print(f"float16 over gRPC: {fp16:,.0f} images/s per trainer stream, "
+          f"{fp16 / TARGET:.2f} x the target of {TARGET:,}")
+
+
+if __name__ == "__main__":
+    main()
