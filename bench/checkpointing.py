@@ -10,9 +10,11 @@ a private redis-server (append-only, as the server's own default) on a unix sock
   and on one whose stream is being consumed by another thread (the server's 2 cores busy
   decoding); its p99 against its floor, a gRPC round trip plus a Redis round trip (PING);
   references: a gRPC health check to the same server (the floor of any unary
-  RPC here), sealing the same checkpoint in process (no gRPC, no Redis) and a bare Redis
-  SET of a blob of its size. Each run makes ``--calls`` calls; p50 and p99 are
-  per run, shown as the median (and spread) over the interleaved runs.
+  RPC here), a DescribePipeline through ``conveyor.Client`` (a Conveyor RPC with its
+  client, interceptors and parsing, and no Redis call), sealing the same checkpoint in
+  process (no gRPC, no Redis) and a bare Redis SET of a blob of its size. Each run makes
+  ``--calls`` calls; p50 and p99 are per run, shown as the median (and spread) over the
+  interleaved runs.
 - Restore to first batch: ``Pipeline(spec, checkpoint=blob).run()`` in process, and the
   Restore RPC (blob sent inline) plus the first ``run()`` over gRPC, from checkpoints at
   batch 0 and at batch 10^6 (made as tests/test_engine.py's ``_blob_at`` does, from the
@@ -156,6 +158,8 @@ def main() -> None:
             "Checkpoint RPC, while streaming": streaming,
             "ref: gRPC health check, same server": lambda: latencies(
                 lambda: health.Check(health_request, timeout=30), calls),
+            "ref: DescribePipeline, conveyor.Client": lambda: latencies(
+                lambda: client.pipeline("ckpt-idle"), calls),
             "ref: in-process seal, no Redis": lambda: latencies(local.checkpoint, calls),
             "ref: bare Redis SET of that size": lambda: latencies(
                 lambda: bare_redis.set("bench-blob", payload), calls),
@@ -188,7 +192,14 @@ def main() -> None:
                       floor("ref: bare Redis SET of that size"))),
                ("fsync every second, floor with PING",
                 ratio(p99s("Checkpoint RPC, idle, fsync every second"),
-                      floor("ref: Redis PING")))],
+                      floor("ref: Redis PING"))),
+               # The same with the round trip of a Conveyor RPC that needs no Redis (the
+               # client, the interceptors and the request parsing included).
+               ("fsync every second, Describe + PING",
+                ratio(p99s("Checkpoint RPC, idle, fsync every second"),
+                      [d[1] + r[1] for d, r in zip(
+                          lat["ref: DescribePipeline, conveyor.Client"],
+                          lat["ref: Redis PING"], strict=True)]))],
               ("Checkpoint p99 / (gRPC p99 + Redis p99), target <= 1.1", "ratio (spread)"))
         print(f"seed pipeline checkpoint: {blob_size} bytes (sealed blob, spec included)\n")
 
