@@ -134,26 +134,11 @@ def _op_pipelines(root: str) -> dict[str, Any]:
         angle = fn.random.uniform(values=[0.0, 45.0, 90.0])
         return fn.rotate(images, angle=angle, keep_size=False, interp_type=types.INTERP_NN), angle
 
-    @pipeline_def(**common)
-    def train_ops() -> Any:
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
-        window = fn.decoders.image_random_crop(jpegs, random_area=[0.3, 1.0])
-        window = fn.resize(window, size=(24, 24))
-        rrc = fn.random_resized_crop(fn.decoders.image(jpegs), size=(20, 16))
-        rrc = fn.brightness_contrast(rrc, brightness=fn.random.uniform(range=(0.6, 1.4)),
-                                     contrast=fn.random.uniform(range=(0.6, 1.4)))
-        rrc = fn.hsv(rrc, hue=fn.random.uniform(range=(-30.0, 30.0)), saturation=1.2)
-        rrc = fn.color_twist(rrc, hue=fn.random.uniform(range=(-10.0, 10.0)),
-                             brightness=1.1, dtype=types.FLOAT)
-        centre = fn.decoders.image_crop(jpegs, crop=(16, 16),
-                                        crop_pos_x=fn.random.uniform(range=(0.0, 1.0)))
-        return window, rrc, centre, labels
-
     return {"resize_crop_flip": resize_crop_flip, "normalize": normalize,
-            "rotate_bbox": rotate_bbox, "train_ops": train_ops}
+            "rotate_bbox": rotate_bbox}
 
 
-@pytest.mark.parametrize("name", ["resize_crop_flip", "normalize", "rotate_bbox", "train_ops"])
+@pytest.mark.parametrize("name", ["resize_crop_flip", "normalize", "rotate_bbox"])
 @pytest.mark.parametrize("before", [0, 2, 9])
 def test_resume_is_exact_for_every_operator(data: Path, name: str, before: int) -> None:
     spec = _op_pipelines(str(data))[name]()
@@ -171,21 +156,6 @@ def test_stream_does_not_depend_on_threads_or_prefetch(
         assert_same_stream(run_batches(a, 9), run_batches(b, 9), f"{threads} threads, {depth} deep")
     assert ckpt.open_blob(Pipeline(other).checkpoint()).fingerprint == \
         ckpt.open_blob(Pipeline(base).checkpoint()).fingerprint
-
-
-@pytest.mark.parametrize(("threads", "depth"), [(4, 1), (1, 4), (3, 3)])
-def test_training_ops_do_not_depend_on_threads_or_prefetch(
-    data: Path, threads: int, depth: int
-) -> None:
-    make = _op_pipelines(str(data))["train_ops"]
-    base = make(num_threads=1, prefetch_queue_depth=1)
-    other = make(num_threads=threads, prefetch_queue_depth=depth)
-    with Pipeline(base) as a, Pipeline(other) as b:
-        first = run_batches(a, 6)
-        assert_same_stream(first, run_batches(b, 6), f"{threads} threads, {depth} deep")
-    # Keyed by the sample: each sample's window differs from its neighbours'.
-    windows = [bytes(np.ascontiguousarray(s)) for batch in first for s in batch[0]]
-    assert len(set(windows)) > len(windows) // 2
 
 
 def _blob_at(pipe: Pipeline, batches: int) -> bytes:
