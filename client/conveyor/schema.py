@@ -36,6 +36,24 @@ _CROP = {
     "crop_pos_x": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
     "crop_pos_y": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
 }
+#: The random window of random_resized_crop and decoders.image_random_crop.
+_WINDOW = {
+    "random_area": Arg("floats", default=(0.08, 1.0), lengths=(1, 2), minimum=0, maximum=1),
+    "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
+    "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
+}
+#: The output types of the colour operators ("": the input's type).
+COLOR_DTYPES = ("", "uint8", "int16", "float16", "float32")
+
+
+def _color(*names: str, dtype: str = "") -> dict[str, Arg]:
+    """Per-sample colour arguments, each a number given once or per sample (DALI's
+    defaults: 0 for hue and brightness_shift, 1 for the factors)."""
+    zero = ("hue", "brightness_shift")
+    args = {name: Arg("float", default=0.0 if name in zero else 1.0, tensor=True)
+            for name in names}
+    return {**args, "dtype": Arg("enum", default=dtype, choices=COLOR_DTYPES), **_SEED}
+
 
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
@@ -71,6 +89,18 @@ SCHEMAS: dict[str, OpSchema] = {
         ("images",),
         {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_ON_ERROR, **_SEED},
         devices=DEVICES,
+    ),
+    "decoders.image_random_crop": OpSchema(
+        1,
+        ("images",),
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_ON_ERROR,
+         **_SEED},
+    ),
+    "decoders.image_crop": OpSchema(
+        1,
+        ("images",),
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_ON_ERROR,
+         **_SEED},
     ),
     "random.uniform": OpSchema(
         0,
@@ -136,6 +166,28 @@ SCHEMAS: dict[str, OpSchema] = {
             "dtype": Arg("enum", default="", choices=("", "uint8", "float32")),
             **_SEED,
         },
+    ),
+    "random_resized_crop": OpSchema(
+        1,
+        ("images",),
+        {
+            "size": Arg("floats", required=True, lengths=(1, 2), minimum=1),
+            **_WINDOW,
+            "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
+            "antialias": Arg("bool", default=True),
+            **_SEED,
+        },
+    ),
+    "brightness_contrast": OpSchema(
+        1,
+        ("images",),
+        {**_color("brightness", "brightness_shift", "contrast"),
+         # Unset: half the input type's range (128 for uint8, 0.5 for floats), as DALI.
+         "contrast_center": Arg("float", tensor=True)},
+    ),
+    "hsv": OpSchema(1, ("images",), _color("hue", "saturation", "value", dtype="uint8")),
+    "color_twist": OpSchema(
+        1, ("images",), _color("hue", "saturation", "value", "brightness", "contrast")
     ),
     "crop": OpSchema(
         1,

@@ -33,6 +33,8 @@ from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
 
 Ref = tuple[int, int]
+#: Where a sample holds its global index, for operators whose draws are keyed by it.
+SAMPLE_INDEX_REF: Ref = (-1, 0)
 
 
 @dataclass
@@ -205,12 +207,14 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
-                limits=limits,
+                limits=limits, seed=_seed(args, spec.seed),
             )
             built = registry.build(ctx, _form(op.type, batch_ops))
-            plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs],
-                           {k: _ref(v) for k, v in op.arg_inputs.items()}, op.num_outputs,
-                           args.get("on_error", "fail")))
+            arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}
+            if isinstance(built, registry.SampleOp) and built.keyed:
+                arg_refs[registry.SAMPLE_INDEX] = SAMPLE_INDEX_REF
+            plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs], arg_refs,
+                           op.num_outputs, args.get("on_error", "fail")))
             for out, layout in enumerate(built.layouts):
                 plan.layouts[(index, out)] = layout
     plan._find_live()

@@ -20,7 +20,14 @@ import numpy as np
 from conveyor.errors import ConveyorError, DataFileError, Internal
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
 from conveyor_server.engine.ops.registry import BatchOp, SampleFailed, SampleOp
-from conveyor_server.engine.plan import BatchSegment, Plan, Ref, SampleSegment, Step
+from conveyor_server.engine.plan import (
+    SAMPLE_INDEX_REF,
+    BatchSegment,
+    Plan,
+    Ref,
+    SampleSegment,
+    Step,
+)
 
 #: Each source stage's values for one batch: (op index, one value per sample).
 SourceValues = Sequence[tuple[int, list[Any]]]
@@ -74,8 +81,11 @@ class SegmentRunner:
     def start(self, sources: SourceValues, batch_index: int, pool: Executor,
               threads: int) -> BatchWork[SampleState]:
         """Start computing the batch ``batch_index`` from its source values."""
-        states = [SampleState({(op, 0): values[i] for op, values in sources})
-                  for i in range(self._plan.spec.batch_size)]
+        size = self._plan.spec.batch_size
+        first = batch_index * size
+        states = [SampleState({(op, 0): values[i] for op, values in sources}
+                              | {SAMPLE_INDEX_REF: np.array(first + i, dtype=np.uint64)})
+                  for i in range(size)]
         phases: list[Phase[SampleState]] = []
         for run, segment, live in zip(self._sample_runs, self._plan.segments,
                                       self._plan.live_after, strict=True):

@@ -61,6 +61,8 @@ EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {
     "rotate": ("size",),
     "crop": ("crop", "crop_h", "crop_w"),
     "crop_mirror_normalize": ("crop", "crop_h", "crop_w"),
+    "random_resized_crop": ("size",),
+    "decoders.image_crop": ("crop", "crop_h", "crop_w"),
 }
 #: Bounds an operator sets in the configuration (``limits.<name>``); the others are fixed.
 CONFIGURABLE = ("max_batch_size", "max_threads", "max_prefetch_depth", "max_ops",
@@ -282,13 +284,16 @@ def _fixed_output(op_type: str, args: Mapping[str, Any],
     if op_type in ("random.uniform", "random.normal", "random.coin_flip"):
         return _Fixed("shape", tuple(int(d) for d in args["shape"]),
                       np.dtype(args["dtype"]).itemsize, image=False)
-    if op_type in ("crop", "crop_mirror_normalize"):
+    if op_type in ("crop", "crop_mirror_normalize", "decoders.image_crop"):
         hw = args["crop"] or ((args["crop_h"], args["crop_w"]) if args["crop_h"] else None)
         if hw is None or (op_type == "crop" and args["out_of_bounds_policy"] == "trim_to_shape"):
             return None
         arg = "crop" if args["crop"] else "crop_h"
-        itemsize = np.dtype(args["dtype"]).itemsize if op_type != "crop" else 1
+        itemsize = np.dtype(args["dtype"]).itemsize if "dtype" in args else 1
         return _Fixed(arg, (max(1, int(hw[0])), max(1, int(hw[1]))), itemsize, image=True)
+    if op_type == "random_resized_crop":
+        size = args["size"]
+        return _Fixed("size", (_pixels(size[0]), _pixels(size[-1])), 1, image=True)
     if op_type == "rotate" and args["size"] is not None:
         return _Fixed("size", (_pixels(args["size"][0]), _pixels(args["size"][1])), 1,
                       image=True)

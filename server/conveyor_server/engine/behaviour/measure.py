@@ -70,12 +70,12 @@ def _context(op_type: str, case: Case, device: str) -> registry.OpContext:
     spec = pipeline_pb2.OpSpec(type=op_type, device=device, num_outputs=1)
     for name, value in case.args.items():
         spec.args[name].CopyFrom(encode_arg(op_type, name, value))
-    fed = sorted({name for _, targs in case.samples for name in targs})
+    fed = sorted({name for _, targs in case.samples for name in targs} - {registry.SAMPLE_INDEX})
     for name in fed:
         spec.arg_inputs[name].CopyFrom(pipeline_pb2.OutputRef(op=0, output=0))
     return registry.OpContext(op_type=op_type, index=1, args=decode_args(spec),
                               tensor_args=frozenset(fed), device=device,
-                              input_layouts=case.input_layouts)
+                              input_layouts=case.input_layouts, seed=0x5EED)
 
 
 def _update(h: Any, value: Any) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from conveyor.schema import DTYPES, schema_of
 from conveyor_server.engine.behaviour.inputs import image, images, probe_files
+from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
 
@@ -169,6 +170,72 @@ def _cast(variant: str) -> list[Case]:
                        3.4e38, np.nan, np.inf, -np.inf]]], dtype=np.float32).reshape(1, 14, 1)
     sources = [edge, image(7, 5, 3, "float32"), image(7, 5, 3, "uint8"), image(7, 5, 1, "int16")]
     return [Case({"dtype": dtype}, [((s,), {}) for s in sources]) for dtype in DTYPES]
+
+
+def _indexed(samples: Sequence[tuple[Sequence[np.ndarray], Targs]],
+             first: int = 0) -> list[tuple[Sequence[np.ndarray], Targs]]:
+    """Samples with their global index, for operators whose draws are keyed by it."""
+    return [(inputs, {**targs, SAMPLE_INDEX: np.array(first + i, dtype=np.uint64)})
+            for i, (inputs, targs) in enumerate(samples)]
+
+
+@op_probe("random_resized_crop", variant_arg="interp_type")
+def _random_resized_crop(interp: str) -> list[Case]:
+    samples = _indexed([((p,), {}) for p in images(("uint8", "float32"))], first=2**40)
+    return [
+        Case({"interp_type": interp, "size": [24.0, 20.0]}, samples),
+        Case({"interp_type": interp, "size": [9.0], "antialias": False,
+              "random_area": [0.5, 0.9], "random_aspect_ratio": [0.5, 2.0]}, samples),
+        # Windows that never fit: the centred fallback.
+        Case({"interp_type": interp, "size": [16.0, 16.0], "random_area": [1.0],
+              "random_aspect_ratio": [3.0, 4.0], "num_attempts": 2}, samples),
+    ]
+
+
+@op_probe("decoders.image_random_crop")
+def _image_random_crop(variant: str) -> list[Case]:
+    files = _indexed([((np.frombuffer(data, dtype=np.uint8).copy(),), {})
+                      for _, data in probe_files()], first=7)
+    return [Case({"output_type": kind, "random_area": [0.1, 0.6]}, files, input_layouts=("",))
+            for kind in ("RGB", "GRAY")]
+
+
+@op_probe("decoders.image_crop")
+def _image_crop(variant: str) -> list[Case]:
+    pos = {"crop_pos_x": _f32(0.25), "crop_pos_y": _f32(0.8)}
+    files = [((np.frombuffer(data, dtype=np.uint8).copy(),), pos) for _, data in probe_files()]
+    return [Case({"output_type": "BGR", "crop": [3.0, 4.0]}, files, input_layouts=("",))]
+
+
+def _color_samples(extra: Targs) -> list[tuple[Sequence[np.ndarray], Targs]]:
+    pictures = [p for p in images(("uint8", "float32")) if p.shape[2] == 3]
+    pictures.append(image(6, 7, 3, "int16"))
+    return [((p,), extra) for p in pictures]
+
+
+@op_probe("brightness_contrast")
+def _brightness_contrast(variant: str) -> list[Case]:
+    fed = {"brightness": _f32(1.3), "contrast": _f32(0.6)}
+    return [
+        Case({}, _color_samples(fed)),
+        Case({"brightness_shift": 0.1, "contrast_center": 100.0, "dtype": "float32"},
+             _color_samples(fed)),
+        Case({"brightness": 2.5, "contrast": 1.7, "dtype": "uint8"}, _color_samples({})),
+    ]
+
+
+@op_probe("hsv")
+def _hsv(variant: str) -> list[Case]:
+    fed = {"hue": _f32(-47.5), "saturation": _f32(1.4)}
+    return [Case({"value": 0.9}, _color_samples(fed)),
+            Case({"hue": 200.0, "dtype": "float32"}, _color_samples({}))]
+
+
+@op_probe("color_twist")
+def _color_twist(variant: str) -> list[Case]:
+    fed = {"hue": _f32(33.0), "contrast": _f32(1.3)}
+    return [Case({"saturation": 0.5, "brightness": 1.1}, _color_samples(fed)),
+            Case({"value": 1.2, "dtype": "float16"}, _color_samples({}))]
 
 
 # -- sources -----------------------------------------------------------------------------

@@ -23,11 +23,15 @@ and returns what runs:
   An error about one sample is raised as ``SampleFailed(index, error)``.
 
 Either declares the device it computes on. ``fn`` must be pure: same inputs, same outputs,
-on any thread. Operators that draw random numbers or keep state are not registered here:
-they are source stages (see ``conveyor_server.engine.stages``); their values reach the
-operators through ``targs``, keyed by global sample index, so a batched operator sees the
-same values as the per-sample one. Where an operator has both forms, the engine picks one
-(``Pipeline(batch_ops=...)``); both must give the same bytes.
+on any thread. Operators that keep state are not registered here: they are source stages
+(see ``conveyor_server.engine.stages``); their values reach the operators through
+``targs``, keyed by global sample index, so a batched operator sees the same values as the
+per-sample one. An operator whose random draws depend on its input (a crop window drawn
+for the image's size) declares ``keyed=True``: the engine then passes each sample's global
+index in ``targs[SAMPLE_INDEX]``, and the operator keys its draws by (``ctx.seed``, its
+index, that sample index, draw), so it stays a pure function with nothing to checkpoint.
+Where an operator has both forms, the engine picks one (``Pipeline(batch_ops=...)``); both
+must give the same bytes.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ SAMPLE: Final = "sample"
 BATCH: Final = "batch"
 Per = Literal["sample", "batch"]
 Device = Literal["cpu", "gpu"]
+#: The ``targs`` key of a sample's global index, for operators declared ``keyed``.
+SAMPLE_INDEX: Final = "@sample_index"
 
 SampleFn = Callable[[Sequence[np.ndarray], Mapping[str, np.ndarray]], tuple[np.ndarray, ...]]
 #: One input's or output's batch: the samples in order (a list of arrays, or one array
@@ -66,6 +72,8 @@ class OpContext:
     input_layouts: tuple[str, ...] = ()
     #: The server's limits (decoders check image sizes against them).
     limits: EngineLimits = NO_LIMITS
+    #: The seed its keyed draws use: its ``seed`` argument, else the pipeline's.
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class SampleOp:
     #: Layout of each output ("HWC", "CHW", or "" for none).
     layouts: tuple[str, ...]
     device: Device = "cpu"
+    #: Draws keyed random numbers: gets the sample's global index in ``targs[SAMPLE_INDEX]``.
+    keyed: bool = False
     per: ClassVar[Per] = SAMPLE
 
 
@@ -143,10 +153,13 @@ def registered() -> list[str]:
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
     from conveyor_server.engine.ops import (  # noqa: F401
+        color,
         crop,
         decode,
+        decode_window,
         normalize,
         normalize_batch,
+        random_resized_crop,
         resize,
         rotate,
     )

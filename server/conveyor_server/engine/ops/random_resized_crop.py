@@ -1,0 +1,60 @@
+"""The ``random_resized_crop`` operator: a random window (``random_window.py``) of the
+image, resized to ``size``.
+
+Semantics follow NVIDIA DALI's operator of the same name; the window is keyed by the
+sample's global index (see ``registry.SAMPLE_INDEX``). The resize is ``resize``'s: the same
+interpolations and antialiasing, so ``random_resized_crop(size=s)`` gives the bytes of
+``resize(crop(image, window), size=s)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from conveyor_server.engine.ops.args import (
+    CV_MAX_CHANNELS,
+    WARP_DTYPES,
+    Targs,
+    check_image,
+    round_half_away,
+)
+from conveyor_server.engine.ops.random_window import (
+    WindowParams,
+    random_window,
+    window_draws,
+    window_params,
+)
+from conveyor_server.engine.ops.registry import SAMPLE_INDEX, OpContext, SampleOp, register
+from conveyor_server.engine.ops.resize import resize_image
+
+
+def params_of(ctx: OpContext) -> WindowParams:
+    args = ctx.args
+    return window_params(ctx.op_type, args["random_area"], args["random_aspect_ratio"],
+                         args["num_attempts"])
+
+
+def sample_index(targs: Targs) -> int:
+    return int(np.asarray(targs[SAMPLE_INDEX]).reshape(()))
+
+
+@register("random_resized_crop")
+def build_random_resized_crop(ctx: OpContext) -> SampleOp:
+    op, args = ctx.op_type, ctx.args
+    params = params_of(ctx)
+    size = args["size"]
+    out_hw = (max(1, round_half_away(size[0])), max(1, round_half_away(size[-1])))
+    interp_type, antialias = args["interp_type"], bool(args["antialias"])
+
+    def random_resized_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        image = inputs[0]
+        check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
+        ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
+        draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
+        win = random_window(image.shape[0], image.shape[1], params, draws)
+        view = np.ascontiguousarray(image[win.y:win.y + win.h, win.x:win.x + win.w])
+        return (resize_image(view, out_hw, interp_type, antialias),)
+
+    return SampleOp(fn=random_resized_crop, layouts=("HWC",), keyed=True)
