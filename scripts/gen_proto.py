@@ -7,7 +7,7 @@ imports as conveyor.v1.x_pb2 with no patching.
 
 The record formats the server's readers parse (proto/caffe, proto/caffe2: messages with
 their publishers' field numbers, no imports, no services) go into the server's engine, in
-FORMATS_DIR (or OUT_DIR/formats), as caffe_pb2.py and caffe2_pb2.py.
+FORMATS_DIR (OUT_DIR/formats when OUT_DIR is given), as caffe_pb2.py and caffe2_pb2.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def _protoc(out_dir: Path, protos: list[str], grpc: bool) -> None:
         raise SystemExit("protoc failed")
 
 
-def generate(out_dir: Path, formats_dir: Path = FORMATS_DIR) -> None:
+def generate(out_dir: Path, formats_dir: Path | None = None) -> None:
+    """API modules into ``out_dir``; format modules into ``formats_dir`` (by default
+    ``out_dir/formats``)."""
+    formats_dir = formats_dir or out_dir / "formats"
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     formats = [p for p in protos if p.split("/", 1)[0] in FORMATS]
     _protoc(out_dir, [p for p in protos if p not in formats], grpc=True)
@@ -50,6 +53,6 @@ def generate(out_dir: Path, formats_dir: Path = FORMATS_DIR) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        generate(Path(sys.argv[1]), Path(sys.argv[1]) / "formats")
+        generate(Path(sys.argv[1]))
     else:
-        generate(ROOT / "client")
+        generate(ROOT / "client", FORMATS_DIR)

@@ -79,5 +79,6 @@ def build_reader(op_type: str, op_index: int, args: Mapping[str, Any], *, batch_
                              "records"),
                       caffe.LmdbSource(op_type, records, parse),
                       ReaderIdentity(paths, records.files, args["verify"],
-                                     derived=records.digests, kind="database"))
+                                     derived=records.digests, kind="database",
+                                     derived_name="keys"))
     raise KeyError(f"no reader {op_type!r} is built here")
