@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def
+from conveyor import fn, pipeline_def, schema
 from conveyor.errors import (
     DataChanged,
     DataFileError,
@@ -19,6 +19,7 @@ from conveyor.errors import (
     ResourceExhausted,
     SpecError,
 )
+from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.listings import MemoryListings
@@ -248,3 +249,8 @@ def test_the_definition_api_counts_outputs_as_dali(tmp_path: Path) -> None:
         assert outputs(op, **dict(kw)).ops[0].num_outputs == count, (op, kw)
     with pytest.raises(SpecError, match="label_type"):
         outputs("caffe2", label_type=5)
+    # A spec from the wire is counted before it is validated: a huge count counts none.
+    wire = pipeline_pb2.OpSpec(type="readers.caffe2")
+    wire.args["path"].s = "x"
+    wire.args["additional_inputs"].i = 10**12
+    assert schema.num_outputs(wire) == 2

@@ -49,6 +49,8 @@ SINGLE_LABEL, MULTI_LABEL_SPARSE, MULTI_LABEL_DENSE, MULTI_LABEL_WEIGHTED_SPARSE
     range(5)
 #: The most classes a multi-label output may have (its length).
 MAX_NUM_LABELS = 1 << 24
+#: The most additional tensors a Caffe2 record may feed (one output each).
+MAX_ADDITIONAL_INPUTS = 64
 
 
 def caffe_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
@@ -63,9 +65,12 @@ def caffe2_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
     is NO_LABEL (one output, also for sparse labels), one output per additional input, the
     bounding box if ``bbox``."""
     extra = args["additional_inputs"]
+    # Counted before the arguments are validated (a spec from the wire): out of bounds
+    # counts none, and the validation refuses it.
+    extra = extra if isinstance(extra, int) and 0 <= extra <= MAX_ADDITIONAL_INPUTS else 0
     return ((("images",) if args["image_available"] else ())
             + (("labels",) if args["label_type"] != NO_LABEL else ())
-            + tuple(f"additional_{i}" for i in range(extra if isinstance(extra, int) else 0))
+            + tuple(f"additional_{i}" for i in range(extra))
             + (("bboxes",) if args["bbox"] else ()))
 
 
@@ -125,7 +130,8 @@ READER_SCHEMAS = {
             "label_type": Arg("int", default=SINGLE_LABEL, minimum=SINGLE_LABEL,
                               maximum=NO_LABEL),
             "num_labels": Arg("int", default=1, minimum=1, maximum=MAX_NUM_LABELS),
-            "additional_inputs": Arg("int", default=0, minimum=0, maximum=64),
+            "additional_inputs": Arg("int", default=0, minimum=0,
+                                     maximum=MAX_ADDITIONAL_INPUTS),
             "bbox": Arg("bool", default=False),
             **LMDB_ORDER,
             **ON_ERROR_ARGS,
