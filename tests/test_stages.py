@@ -18,6 +18,7 @@ from conveyor_server.engine.readers.build import build_reader
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
+from tests.lmdb_data import make_caffe, make_caffe2
 from tests.reader_data import make_npy_folder, make_shards
 
 B = 4
@@ -30,6 +31,9 @@ def reader_data(tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("readers")
     make_npy_folder(root / "npy", count=15)
     make_shards(root / "wds", [6, 4, 7])
+    make_caffe(root / "caffe" / "a", 9)
+    make_caffe(root / "caffe" / "b", 8, first=9)
+    make_caffe2(root / "caffe2", 15)
     READER_DATA["root"] = root
 
 
@@ -42,12 +46,17 @@ def reader(**kw: object) -> Callable[[], SourceStage]:
 
 
 def built(op_type: str, **kw: object) -> Callable[[], SourceStage]:
-    """The stage the plan builds for a reader over real files: 15 arrays, 17 samples."""
+    """The stage the plan builds for a reader over real files: 15 arrays, 17 samples, 17
+    Caffe records in two databases, 15 Caffe2 records."""
     def make() -> SourceStage:
         root = READER_DATA["root"]
-        data: dict[str, object] = {"file_root": str(root / "npy")} \
-            if op_type == "readers.numpy" else \
-            {"paths": [str(p) for p in sorted((root / "wds").glob("*.tar"))], "ext": ["jpg"]}
+        by_op: dict[str, dict[str, object]] = {
+            "readers.numpy": {"file_root": str(root / "npy")},
+            "readers.webdataset": {"paths": [str(p) for p in sorted((root / "wds").glob("*.tar"))],
+                                   "ext": ["jpg"]},
+            "readers.caffe": {"path": [str(root / "caffe" / "a"), str(root / "caffe" / "b")]},
+            "readers.caffe2": {"path": str(root / "caffe2")}}
+        data = by_op[op_type]
         op = pipeline_pb2.OpSpec(type=op_type)
         for name, value in {**data, **kw}.items():
             op.args[name].CopyFrom(encode_arg(op_type, name, value))
@@ -89,6 +98,13 @@ STAGES = {
                                           stick_to_shard=True, random_shuffle=True),
     "webdataset_shards4_pad": built("readers.webdataset", num_shards=4, shard_id=3,
                                     pad_last_batch=True),
+    "caffe_plain": built("readers.caffe"),
+    "caffe_shards3_id1_rotate_shuffle": built("readers.caffe", num_shards=3, shard_id=1,
+                                              random_shuffle=True),
+    "caffe_shards4_id3_stick_pad": built("readers.caffe", num_shards=4, shard_id=3,
+                                         stick_to_shard=True, pad_last_batch=True),
+    "caffe2_shards2_id1_pad_shuffle": built("readers.caffe2", num_shards=2, shard_id=1,
+                                            pad_last_batch=True, random_shuffle=True),
     "uniform": rand("random.uniform"),
     "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
     "normal": rand("random.normal"),

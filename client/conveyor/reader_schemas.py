@@ -1,12 +1,17 @@
-"""The schemas of ``readers.numpy`` and ``readers.webdataset``: DALI's argument names.
+"""The schemas of ``readers.numpy``, ``readers.webdataset``, ``readers.caffe`` and
+``readers.caffe2``: DALI's argument names.
 
-Both share the file reader's order and sharding arguments (``READER_ORDER``; the engine
-orders every reader with one stage). Arguments DALI uses to tune its own I/O
+All share the file reader's order and sharding arguments (``READER_ORDER``; the engine
+orders every reader with one stage; the LMDB readers, as DALI's, have no
+``shuffle_after_epoch``). Arguments DALI uses to tune its own I/O
 (``initial_fill``, ``read_ahead``, ``dont_use_mmap``, ``cache_header_information``,
 ``use_o_direct``) are accepted so that DALI pipelines port unchanged; they change nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from conveyor.schema_args import ON_ERROR_ARGS, SEED_ARGS, Arg, OpSchema
 
@@ -29,6 +34,45 @@ READER_ORDER = {
     "dont_use_mmap": Arg("bool", default=False),
     "verify": Arg("enum", default="metadata", choices=("metadata", "content")),
 }
+
+#: The LMDB readers' order and sharding: DALI's loader arguments, without the file reader's
+#: ``shuffle_after_epoch``; ``lazy_init`` and ``tensor_init_bytes`` tune DALI's own start and
+#: buffers, and change nothing here.
+LMDB_ORDER = {
+    **{k: v for k, v in READER_ORDER.items() if not k.startswith("shuffle_after_epoch")},
+    "lazy_init": Arg("bool", default=False),
+    "tensor_init_bytes": Arg("int", default=1048576, minimum=0),
+}
+
+#: ``readers.caffe2``'s ``label_type``, as DALI numbers them.
+SINGLE_LABEL, MULTI_LABEL_SPARSE, MULTI_LABEL_DENSE, MULTI_LABEL_WEIGHTED_SPARSE, NO_LABEL = \
+    range(5)
+#: The most classes a multi-label output may have (its length).
+MAX_NUM_LABELS = 1 << 24
+#: The most additional tensors a Caffe2 record may feed (one output each).
+MAX_ADDITIONAL_INPUTS = 64
+
+
+def caffe_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """``readers.caffe``: the image if ``image_available``, the label if
+    ``label_available``."""
+    return (("images",) if args["image_available"] else ()) + \
+        (("labels",) if args["label_available"] else ())
+
+
+def caffe2_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """``readers.caffe2``: the image if ``image_available``, the label unless ``label_type``
+    is NO_LABEL (one output, also for sparse labels), one output per additional input, the
+    bounding box if ``bbox``."""
+    extra = args["additional_inputs"]
+    # Counted before the arguments are validated (a spec from the wire): out of bounds
+    # counts none, and the validation refuses it.
+    extra = extra if isinstance(extra, int) and 0 <= extra <= MAX_ADDITIONAL_INPUTS else 0
+    return ((("images",) if args["image_available"] else ())
+            + (("labels",) if args["label_type"] != NO_LABEL else ())
+            + tuple(f"additional_{i}" for i in range(extra))
+            + (("bboxes",) if args["bbox"] else ()))
+
 
 READER_SCHEMAS = {
     "readers.numpy": OpSchema(
@@ -63,5 +107,36 @@ READER_SCHEMAS = {
             **SEED_ARGS,
         },
         outputs_from="ext",
+    ),
+    "readers.caffe": OpSchema(
+        0,
+        ("images", "labels"),
+        {
+            "path": Arg("strings", required=True),
+            "image_available": Arg("bool", default=True),
+            "label_available": Arg("bool", default=True),
+            **LMDB_ORDER,
+            **ON_ERROR_ARGS,
+            **SEED_ARGS,
+        },
+        outputs_by=caffe_outputs,
+    ),
+    "readers.caffe2": OpSchema(
+        0,
+        ("images", "labels"),
+        {
+            "path": Arg("strings", required=True),
+            "image_available": Arg("bool", default=True),
+            "label_type": Arg("int", default=SINGLE_LABEL, minimum=SINGLE_LABEL,
+                              maximum=NO_LABEL),
+            "num_labels": Arg("int", default=1, minimum=1, maximum=MAX_NUM_LABELS),
+            "additional_inputs": Arg("int", default=0, minimum=0,
+                                     maximum=MAX_ADDITIONAL_INPUTS),
+            "bbox": Arg("bool", default=False),
+            **LMDB_ORDER,
+            **ON_ERROR_ARGS,
+            **SEED_ARGS,
+        },
+        outputs_by=caffe2_outputs,
     ),
 }

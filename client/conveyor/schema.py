@@ -237,9 +237,13 @@ def schema_of(op_type: str) -> OpSchema:
 
 
 def num_outputs(op: pipeline_pb2.OpSpec) -> int:
-    """How many outputs a configured operator has: fixed by its schema, or one per entry
-    of its ``outputs_from`` argument."""
+    """How many outputs a configured operator has: fixed by its schema, one per entry of
+    its ``outputs_from`` argument, or as its ``outputs_by`` says from its arguments."""
     schema = schema_of(op.type)
+    if schema.outputs_by is not None:
+        given = {name: decode_value(op.args[name]) if name in op.args else arg.default
+                 for name, arg in schema.args.items()}
+        return len(schema.outputs_by(given))
     if schema.outputs_from and schema.outputs_from in op.args:
         value = decode_value(op.args[schema.outputs_from])
         if isinstance(value, tuple):  # anything else is refused with the arguments

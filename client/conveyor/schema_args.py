@@ -5,7 +5,7 @@ from these (``reader_schemas.py`` holds some of them) and validates arguments ag
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,10 @@ class OpSchema:
     #: The list argument with one entry per output, for operators whose outputs the user
     #: chooses (``readers.webdataset``'s ``ext``); empty: ``outputs`` is fixed.
     outputs_from: str = ""
+    #: The outputs' names given the arguments (defaults filled in), for operators whose
+    #: outputs follow flags and counts (``readers.caffe2``'s ``label_type``, ...); None:
+    #: ``outputs`` (or ``outputs_from``) says.
+    outputs_by: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

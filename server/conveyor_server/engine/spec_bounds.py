@@ -45,7 +45,8 @@ CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 #: List arguments whose length follows the data set, bounded by the spec's size alone.
 LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels"),
                         ("readers.numpy", "files"), ("readers.webdataset", "paths"),
-                        ("readers.webdataset", "index_paths")})
+                        ("readers.webdataset", "index_paths"), ("readers.caffe", "path"),
+                        ("readers.caffe2", "path")})
 #: Arguments that are file paths, and the longest name a path component may have (Linux's
 #: NAME_MAX, in bytes): no file system holds a longer one, and the kernel refuses it with an
 #: error of its own.
@@ -53,7 +54,8 @@ PATH_ARGS = frozenset({("readers.file", "file_root"), ("readers.file", "file_lis
                        ("readers.file", "files"), ("readers.numpy", "file_root"),
                        ("readers.numpy", "file_list"), ("readers.numpy", "files"),
                        ("readers.webdataset", "paths"),
-                       ("readers.webdataset", "index_paths")})
+                       ("readers.webdataset", "index_paths"), ("readers.caffe", "path"),
+                       ("readers.caffe2", "path")})
 NAME_MAX = 255
 #: Arguments that are a height or a width in pixels (one number, or each of a list).
 EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {

@@ -6,6 +6,9 @@ orders, with a scalar and an empty one, parsed and read back as the reader does.
 ``readers.webdataset``: a tar archive with multi-member samples, hidden files, folders,
 multi-dot and upper-case extensions, and a DALI index file, grouped into samples and
 matched to outputs under each ``missing_component_behavior`` and case rule.
+``readers.caffe`` and ``readers.caffe2``: canonical records (encoded and raw images, every
+label type, additional inputs, a bounding box) built in memory and parsed as the readers
+parse them, under each flag.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import numpy as np
 from numpy.lib import format as npy
 
 from conveyor_server.engine.behaviour.probes import source_probe
-from conveyor_server.engine.readers import npy_format, tar_index
+from conveyor_server.engine.limits import NO_LIMITS
+from conveyor_server.engine.readers import caffe, npy_format, tar_index
+from conveyor_server.engine.readers.formats import caffe2_pb2, caffe_pb2
 from conveyor_server.engine.readers.webdataset import Outputs
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 
@@ -86,4 +91,50 @@ def _webdataset() -> list[np.ndarray]:
                 chosen = rules.match(sample, "probe")
                 keys = np.frombuffer(sample.key.encode(), dtype=np.uint8)
                 out += [keys, np.asarray(chosen if chosen is not None else [], np.int64)]
+    return out
+
+
+def _pixels(shape: tuple[int, ...]) -> bytes:
+    return (np.arange(int(np.prod(shape)), dtype=np.int64) * 37 % 256).astype(np.uint8).tobytes()
+
+
+@source_probe("readers.caffe")
+def _caffe() -> list[np.ndarray]:
+    out = _orders("readers.caffe")
+    records = [caffe_pb2.Datum(data=b"\xff\xd8encoded", label=3, encoded=True),
+               caffe_pb2.Datum(data=b"no encoded field", label=-7),
+               caffe_pb2.Datum(channels=3, height=2, width=5, data=_pixels((3, 2, 5)),
+                               label=1, encoded=False)]
+    for image in (True, False):
+        for label in (True, False):
+            parse = caffe.DatumParser({"image_available": image, "label_available": label},
+                                      NO_LIMITS)
+            for record in records:
+                out += parse(memoryview(record.SerializeToString()))
+    return out
+
+
+@source_probe("readers.caffe2")
+def _caffe2() -> list[np.ndarray]:
+    out = _orders("readers.caffe2")
+    t = caffe2_pb2.TensorProto
+    images = [t(data_type=t.STRING, string_data=[b"\x89PNG...", b"ignored"]),
+              t(data_type=t.BYTE, dims=[2, 3, 3], byte_data=_pixels((2, 3, 3))),
+              t(data_type=t.BYTE, dims=[3, 2], byte_data=_pixels((3, 2)))]
+    labels = {0: [t(data_type=t.INT32, int32_data=[4])],
+              1: [t(data_type=t.FLOAT, float_data=[0.0, 5.0, 2.0])],
+              2: [t(data_type=t.FLOAT, float_data=[0.25, -1.5])],
+              3: [t(data_type=t.INT32, int32_data=[1, 4]), t(data_type=t.FLOAT,
+                                                             float_data=[0.5, 2.0])],
+              4: []}
+    extra = [t(data_type=t.INT64, int64_data=[1 << 40, -2]), t(data_type=t.FLOAT,
+                                                                 float_data=[1.5]),
+             t(data_type=t.INT32, int32_data=[1, 2, 3, 4])]
+    for image in images:
+        for label_type, label in labels.items():
+            record = caffe2_pb2.TensorProtos(protos=[image, *label, *extra])
+            parse = caffe.TensorProtosParser(
+                {"image_available": True, "label_type": label_type, "num_labels": 6,
+                 "additional_inputs": 2, "bbox": True}, NO_LIMITS)
+            out += parse(memoryview(record.SerializeToString()))
     return out

@@ -16,13 +16,14 @@ import numpy as np
 
 from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.readers import numpy_reader, webdataset
+from conveyor_server.engine.readers import caffe, numpy_reader, webdataset
 from conveyor_server.engine.readers.data_paths import ReaderPaths
 from conveyor_server.engine.readers.identity import ReaderIdentity
+from conveyor_server.engine.readers.lmdb_records import LmdbRecords
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 
 #: The readers made here (``readers.file`` is planned on its own).
-READERS = (numpy_reader.OP, webdataset.OP)
+READERS = (numpy_reader.OP, webdataset.OP, caffe.CAFFE, caffe.CAFFE2)
 
 
 class SampleSource(Protocol):
@@ -49,8 +50,10 @@ def _stage(op_type: str, op_index: int, count: int, args: Mapping[str, Any],
         op_index, count, batch_size=batch_size, seed=seed,
         num_shards=args["num_shards"], shard_id=args["shard_id"],
         stick_to_shard=args["stick_to_shard"], pad_last_batch=args["pad_last_batch"],
-        random_shuffle=args["random_shuffle"], shuffle_after_epoch=args["shuffle_after_epoch"],
-        shuffle_after_epoch_seed=args["shuffle_after_epoch_seed"], op_type=op_type, unit=unit)
+        random_shuffle=args["random_shuffle"],
+        shuffle_after_epoch=args.get("shuffle_after_epoch", False),
+        shuffle_after_epoch_seed=args.get("shuffle_after_epoch_seed", 0), op_type=op_type,
+        unit=unit)
 
 
 def build_reader(op_type: str, op_index: int, args: Mapping[str, Any], *, batch_size: int,
@@ -68,4 +71,14 @@ def build_reader(op_type: str, op_index: int, args: Mapping[str, Any], *, batch_
                       webdataset.WebdatasetSource(index, paths, limits),
                       ReaderIdentity(paths, index.shards, args["verify"],
                                      derived=index.digests, kind="shard"))
+    if op_type in (caffe.CAFFE, caffe.CAFFE2):
+        records = LmdbRecords(op_type, args["path"], paths, limits)
+        parse = caffe.DatumParser(args, limits) if op_type == caffe.CAFFE else \
+            caffe.TensorProtosParser(args, limits)
+        return Reader(_stage(op_type, op_index, records.count, args, batch_size, seed,
+                             "records"),
+                      caffe.LmdbSource(op_type, records, parse),
+                      ReaderIdentity(paths, records.files, args["verify"],
+                                     derived=records.digests, kind="database",
+                                     derived_name="keys"))
     raise KeyError(f"no reader {op_type!r} is built here")

@@ -39,12 +39,15 @@ def _content_sha256(paths: ReaderPaths, item: Located) -> str:
 class ReaderIdentity:
     """A reader's files under one ``verify`` mode: their digest, and their listing on
     demand (contents are hashed once, when the identity is made). ``derived``: what the
-    reader made of each file (""s by default); ``kind`` names a file in messages."""
+    reader made of each file (""s by default), named ``derived_name`` in messages; ``kind``
+    names a file in messages."""
 
     def __init__(self, paths: ReaderPaths, items: Sequence[Located], verify: str, *,
-                 derived: Sequence[str] | None = None, kind: str = "file") -> None:
+                 derived: Sequence[str] | None = None, kind: str = "file",
+                 derived_name: str = "member index") -> None:
         self.verify = verify
         self.kind = kind
+        self.derived_name = derived_name
         self.count = len(items)
         self._paths = paths
         self._items = items
@@ -95,5 +98,5 @@ class ReaderIdentity:
         if a[2] != b[2]:
             what.append("contents" if self.verify == VERIFY_CONTENT else "modification time")
         if a[3] != b[3]:
-            what.append("member index")
+            what.append(self.derived_name)
         return f"{self.kind} {index} {self._name(now)!r} changed ({', '.join(what)})"
