@@ -3,8 +3,8 @@
 Shared by the definition API (which validates as you write the pipeline) and the server
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
 ``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
-is made of is in ``schema_args``; the numpy and webdataset readers' schemas are in
-``reader_schemas``.
+is made of is in ``schema_args``; the readers' schemas (numpy, webdataset, caffe, caffe2)
+are in ``reader_schemas`` and the colour operators' in ``color_schemas``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from conveyor import schema_args
+from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.reader_schemas import READER_SCHEMAS
 from conveyor.v1 import pipeline_pb2
@@ -42,19 +43,6 @@ _WINDOW = {
     "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
-#: The output types of the colour operators ("": the input's type).
-COLOR_DTYPES = ("", "uint8", "int16", "float16", "float32")
-
-
-def _color(*names: str, dtype: str = "") -> dict[str, Arg]:
-    """Per-sample colour arguments, each a number given once or per sample (DALI's
-    defaults: 0 for hue and brightness_shift, 1 for the factors)."""
-    zero = ("hue", "brightness_shift")
-    args = {name: Arg("float", default=0.0 if name in zero else 1.0, tensor=True)
-            for name in names}
-    return {**args, "dtype": Arg("enum", default=dtype, choices=COLOR_DTYPES), **_SEED}
-
-
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
         0,
@@ -178,17 +166,7 @@ SCHEMAS: dict[str, OpSchema] = {
             **_SEED,
         },
     ),
-    "brightness_contrast": OpSchema(
-        1,
-        ("images",),
-        {**_color("brightness", "brightness_shift", "contrast"),
-         # Unset: half the input type's range (128 for uint8, 0.5 for floats), as DALI.
-         "contrast_center": Arg("float", tensor=True)},
-    ),
-    "hsv": OpSchema(1, ("images",), _color("hue", "saturation", "value", dtype="uint8")),
-    "color_twist": OpSchema(
-        1, ("images",), _color("hue", "saturation", "value", "brightness", "contrast")
-    ),
+    **COLOR_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),
