@@ -16,7 +16,7 @@ from typing import Any
 from conveyor import schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
-from conveyor.reader_schemas import READER_SCHEMAS
+from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -54,19 +54,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "labels": Arg("ints"),
             "file_filters": Arg("strings"),
             "case_sensitive_filter": Arg("bool", default=False),
-            "random_shuffle": Arg("bool", default=False),
-            "shuffle_after_epoch": Arg("bool", default=False),
-            "shuffle_after_epoch_seed": Arg("int", default=524287, minimum=0),
-            "shard_id": Arg("int", default=0, minimum=0),
-            "num_shards": Arg("int", default=1, minimum=1),
-            "stick_to_shard": Arg("bool", default=False),
-            "pad_last_batch": Arg("bool", default=False),
-            "initial_fill": Arg("int", default=1024, minimum=1),
-            "read_ahead": Arg("bool", default=False),
-            "dont_use_mmap": Arg("bool", default=False),
-            # How a checkpoint recognises the data set: path, size and "metadata"
-            # (modification time) or "content" (SHA-256 of every file, read once at build).
-            "verify": Arg("enum", default="metadata", choices=("metadata", "content")),
+            **READER_ORDER,
             **_ON_ERROR,
             **_SEED,
         },

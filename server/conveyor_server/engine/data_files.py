@@ -117,14 +117,18 @@ class DataFiles:
     def sha256(self, entry: FileEntry) -> str:
         """The SHA-256 of the entry's contents (a data set's identity), opened as a read
         opens it."""
-        h = hashlib.sha256()
-        fd = self.open(entry)
-        try:
-            while chunk := os.read(fd, 1 << 20):
-                h.update(chunk)
-        except OSError as exc:
-            raise DataFileError(f"{OP}: cannot read {self.name(entry)!r}: "
-                                f"{exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
-        return h.hexdigest()
+        return sha256_of(self.open(entry), OP, self.name(entry))
+
+
+def sha256_of(fd: int, op: str, shown: str) -> str:
+    """The SHA-256 of what the open file ``fd`` holds (closed after); a read error is a
+    ``DataFileError`` of ``op`` naming the file as ``shown``."""
+    h = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    except OSError as exc:
+        raise DataFileError(f"{op}: cannot read {shown!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return h.hexdigest()

@@ -12,28 +12,17 @@ first file that changed (named without the data roots).
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 from collections.abc import Iterator, Sequence
 
-from conveyor.errors import DataFileError
+from conveyor_server.engine.data_files import sha256_of
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 
 VERIFY_CONTENT = "content"
 
 
 def _content_sha256(paths: ReaderPaths, item: Located) -> str:
-    h = hashlib.sha256()
-    fd = paths.open(item)
-    try:
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-    except OSError as exc:
-        raise DataFileError(f"{paths.op}: cannot read {paths.name_of(item)!r}: "
-                            f"{exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    return h.hexdigest()
+    return sha256_of(paths.open(item), paths.op, paths.name_of(item))
 
 
 class ReaderIdentity:
