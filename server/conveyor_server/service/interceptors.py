@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from conveyor.channel import SERVICE_NAME
-from conveyor.errors import ConveyorError, InvalidArgument
+from conveyor.errors import ConveyorError
 from conveyor_server.service import status
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.observer import ServiceObserver
@@ -112,27 +112,20 @@ class Authentication(_PerMethod):
         self._authenticator = authenticator
 
     def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        """``handler`` taking the request's bytes: the caller is identified first, then
-        the bytes are parsed and the handler's behaviour runs."""
-        behaviour, parse = behaviour_of(handler), handler.request_deserializer
+        """``handler`` with the caller identified first. Its request is still bytes here
+        (``registration.py`` parses it inside the handler), so an unidentified peer never
+        reaches the protobuf parser."""
+        behaviour = behaviour_of(handler)
         identify = self._authenticator.identify
 
-        def parsed(raw: bytes) -> Any:
-            try:
-                return parse(raw) if parse is not None else raw
-            except Exception:  # protobuf's DecodeError: not a message of the request's type
-                raise InvalidArgument(f"{method}: the request is not a valid "
-                                      "message") from None
-
         def start(request: Any, context: grpc.ServicerContext) -> Any:
-            """The parsed request (an iterator of them for a streamed request), once the
-            caller is identified; the call ends here otherwise."""
+            """The request, once the caller is identified; the call ends here otherwise."""
             try:
                 identify(context)
-                return map(parsed, request) if handler.request_streaming else parsed(request)
             except ConveyorError as exc:
                 status.abort(context, exc, method)  # raises: the call ends here
                 raise
+            return request
 
         if handler.response_streaming:
             def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
