@@ -86,8 +86,7 @@ class ConveyorService:
         # Every hosted pipeline computes on these workers: the server's compute threads
         # stay bounded however many pipelines and streams it serves, so streams cannot
         # crowd unary RPCs and health checks out of the interpreter.
-        self.worker_threads = worker_threads or len(os.sched_getaffinity(0))
-        self.workers = ThreadPoolExecutor(self.worker_threads,
+        self.workers = ThreadPoolExecutor(worker_threads or len(os.sched_getaffinity(0)),
                                           thread_name_prefix="conveyor-worker")
         observer.watch_hosted(self.pipelines.count)
         #: Who may do what; ``create_server`` gives it the configured authenticator.
