@@ -94,9 +94,14 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     if "cycle" in kwargs:
         raise SpecError("external_source", "cycle", "applies to iterables, which cannot be "
                         "checkpointed: give a callable that raises StopIteration instead")
-    name = sources.remember(source) if callable(source) else source
-    if isinstance(name, str):
-        sources.check_name(name)
+    if isinstance(kwargs.get("ndim"), int) and not isinstance(kwargs["ndim"], bool):
+        kwargs["ndim"] = [kwargs["ndim"]]  # one for every output, as dtype and layout
+    if callable(source):  # in process it may be any callable (a lambda, a closure)
+        name = sources.remember(source)
+    else:
+        name = source
+        if isinstance(name, str):
+            sources.check_name(name)
     out = _external_source(source=name, num_outputs=num_outputs or 0, **kwargs)
     if num_outputs:
         return out if isinstance(out, tuple) else (out,)
