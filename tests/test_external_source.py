@@ -5,6 +5,7 @@ name the source."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.external_sources import ExternalSources
 from conveyor_server.engine.stages.random_ops import RandomStage
 from tests import external_sources as es
+from tests.images import make_image_folder
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches
 
 
@@ -170,7 +172,8 @@ def test_a_raising_source_is_data_loss_naming_it_at_its_own_batch() -> None:
     (lambda info: [np.zeros(2)] * 3, {}, r"returned 3 samples, the batch size is 4"),
     (lambda info: [np.zeros(2, np.float64)] * 4, {"dtype": types.FLOAT},
      r"returned float64, dtype is float32"),
-    (lambda info: [np.zeros(2)] * 4, {"ndim": 2}, r"returned 1 dimensions, ndim is 2"),
+    (lambda info: [np.zeros(2)] * 4, {"ndim": 2}, r"returned 1 dimensions, expected 2"),
+    (lambda info: [np.zeros(2)] * 4, {"layout": "HW"}, r"returned 1 dimensions, expected 2"),
     (lambda info: ["text"] * 4, {}, r"returned <U4 data, expected numbers"),
     (lambda info: np.zeros((4, 2)), {"num_outputs": 2}, r"expected a tuple of num_outputs=2"),
     (lambda info: next(iter(())), {}, r"epoch 0 is empty"),
@@ -212,3 +215,22 @@ def test_sample_info_and_batch_info_are_dali_s_types() -> None:
     assert types.SampleInfo is SampleInfo and types.BatchInfo is BatchInfo
     info = SampleInfo(idx_in_epoch=9, idx_in_batch=1, iteration=2, epoch_idx=3)
     assert (info.idx_in_epoch, info.idx_in_batch, info.iteration, info.epoch_idx) == (9, 1, 2, 3)
+
+
+def test_a_source_feeds_image_slice_its_windows(tmp_path: Path) -> None:
+    root = make_image_folder(tmp_path / "imgs", counts=(4, 3))
+
+    @pipeline_def(batch_size=3, seed=2, enable_checkpointing=True, num_threads=2)
+    def sliced() -> Any:
+        jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=True)
+        anchor, shape = fn.external_source(source=es.windows, batch=False, num_outputs=2)
+        return fn.decoders.image_slice(jpegs, anchor, shape), anchor, shape, labels
+
+    spec = sliced()
+    for before in (0, 2, 5):
+        assert_resume_exact(spec, before, 4)
+    with Pipeline(spec) as pipe:
+        images, anchors, _, _ = pipe.run()
+    assert [a.tolist() for a in anchors] == [es.windows(SampleInfo(i, i, 0, 0))[0].tolist()
+                                             for i in range(3)]
+    assert len({tuple(i.shape) for i in images}) > 1  # the windows follow the source

@@ -88,13 +88,16 @@ class ExternalSourceStage:
         self.num_outputs = max(1, args["num_outputs"])
         self._dtypes = [np.dtype(d) if d else None for d in
                         _per_output(op_index, "dtype", args["dtype"], self.num_outputs)]
-        self._ndims = _per_output(op_index, "ndim", args["ndim"], self.num_outputs)
+        ndims = _per_output(op_index, "ndim", args["ndim"], self.num_outputs)
         self.layouts = [lay or "" for lay in
                         _per_output(op_index, "layout", args["layout"], self.num_outputs)]
-        for o, (layout, ndim) in enumerate(zip(self.layouts, self._ndims, strict=True)):
+        for o, (layout, ndim) in enumerate(zip(self.layouts, ndims, strict=True)):
             if layout and ndim is not None and len(layout) != ndim:
                 raise SpecError(OP, "layout", f"output {o}: layout {layout!r} has "
                                               f"{len(layout)} dimensions, ndim is {ndim}")
+        #: The number of dimensions of each output's samples, where ndim or layout say.
+        self._ndims = [ndim if ndim is not None else (len(layout) if layout else None)
+                       for ndim, layout in zip(ndims, self.layouts, strict=True)]
         self._lock = threading.Lock()
         #: Batches of each epoch, learned where the source stopped it.
         self._lengths: dict[int, int] = {}
@@ -287,7 +290,7 @@ class ExternalSourceStage:
                                               f"dtype is {want}")
         if ndim is not None and array.ndim != ndim:
             raise self._bad(epoch, iteration, f"output {output}: returned {array.ndim} "
-                                              f"dimensions, ndim is {ndim}")
+                                              f"dimensions, expected {ndim} (ndim, layout)")
         return array
 
     def _bad(self, epoch: int, iteration: int, what: str) -> ExternalSourceError:
