@@ -45,7 +45,7 @@ K8S_VERSION = "1.32.0"
 SERVICE = "conveyor.v1.Conveyor"
 # The server configuration's keys (deploy/base/server.yaml); None marks a leaf.
 CONFIG_KEYS: dict[str, Any] = {
-    "listen": None, "advertise": None, "data_roots": None,
+    "listen": None, "advertise": None, "data_roots": None, "external_sources": None,
     "redis": {"url": None, "mode": None, "sentinels": None, "master_name": None,
               "tls": {"ca_file": None, "cert_file": None, "key_file": None},
               "timeout_s": None, "min_replicas": None, "lease_s": None,

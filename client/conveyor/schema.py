@@ -4,7 +4,8 @@ Shared by the definition API (which validates as you write the pipeline) and the
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
 ``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
 is made of is in ``schema_args``; the readers' schemas (numpy, webdataset, caffe, caffe2)
-are in ``reader_schemas`` and the colour operators' in ``color_schemas``.
+are in ``reader_schemas``, the colour operators' in ``color_schemas``, and
+``external_source``'s and ``decoders.image_slice``'s in ``source_schemas``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from conveyor import schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
+from conveyor.source_schemas import SOURCE_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -155,6 +157,7 @@ SCHEMAS: dict[str, OpSchema] = {
         },
     ),
     **COLOR_SCHEMAS,
+    **SOURCE_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),

@@ -57,15 +57,27 @@ class RandomState(_message.Message):
     sample_index: int
     def __init__(self, sample_index: _Optional[int] = ...) -> None: ...
 
+class ExternalSourceState(_message.Message):
+    __slots__ = ("source", "epoch", "iteration")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    epoch: int
+    iteration: int
+    def __init__(self, source: _Optional[str] = ..., epoch: _Optional[int] = ..., iteration: _Optional[int] = ...) -> None: ...
+
 class OpState(_message.Message):
-    __slots__ = ("op", "reader", "random")
+    __slots__ = ("op", "reader", "random", "external_source")
     OP_FIELD_NUMBER: _ClassVar[int]
     READER_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_SOURCE_FIELD_NUMBER: _ClassVar[int]
     op: int
     reader: ReaderState
     random: RandomState
-    def __init__(self, op: _Optional[int] = ..., reader: _Optional[_Union[ReaderState, _Mapping]] = ..., random: _Optional[_Union[RandomState, _Mapping]] = ...) -> None: ...
+    external_source: ExternalSourceState
+    def __init__(self, op: _Optional[int] = ..., reader: _Optional[_Union[ReaderState, _Mapping]] = ..., random: _Optional[_Union[RandomState, _Mapping]] = ..., external_source: _Optional[_Union[ExternalSourceState, _Mapping]] = ...) -> None: ...
 
 class CheckpointBody(_message.Message):
     __slots__ = ("format_version", "spec", "fingerprint", "file_lists", "engine", "op_states", "batches")

@@ -32,6 +32,7 @@ from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.engine_id import engine_id
+from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
@@ -56,6 +57,7 @@ class Pipeline:
         behaviour: Behaviour | None = None,
         listings: ListingArchive | None = None,
         pool: Executor | None = None,
+        sources: ExternalSources = IN_PROCESS,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
@@ -64,7 +66,10 @@ class Pipeline:
         that a restore over changed data names the first changed file. ``pool``: the
         workers to compute on, shared with other pipelines (a server bounds its compute
         threads this way); by default the pipeline has ``num_threads`` workers of its own.
-        The per-sample work of a batch is split into ``num_threads`` tasks either way."""
+        The per-sample work of a batch is split into ``num_threads`` tasks either way.
+        ``sources``: the callables an ``external_source`` may name (a server passes its
+        configured ones; in process, by default, the callable ``fn.external_source`` was
+        given, or any ``"module:function"``)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -77,7 +82,7 @@ class Pipeline:
         self._listings = listings
         self._identity: checkpoint_pb2.EngineId | None = None
         self._constant_body: bytes | None = None
-        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops)
+        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
         self._segments = SegmentRunner(self._plan)
         single_threaded_opencv()
         self._limits = limits

@@ -22,6 +22,7 @@ from conveyor_server.engine import file_list
 from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.data_roots import DataRoots
+from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
@@ -29,6 +30,8 @@ from conveyor_server.engine.readers.build import READERS, SampleSource, build_re
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
+from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
+from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
 
@@ -94,6 +97,8 @@ class Plan:
     segments: list[Segment]
     layouts: dict[Ref, str]
     outputs: list[Ref]
+    #: The external sources by op index (their values are computed on the submitting thread).
+    sources: dict[int, ExternalSourceStage] = field(default_factory=dict)
     #: For each segment, the values still needed once it has run (by later segments or as
     #: outputs): a sample keeps only these, so a prefetched batch holds no intermediates.
     live_after: list[frozenset[Ref]] = field(default_factory=list)
@@ -158,7 +163,10 @@ def _form(op_type: str, batch_ops: bool) -> registry.Per:
 
 
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
-               limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True) -> Plan:
+               limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True,
+               sources: ExternalSources = IN_PROCESS) -> Plan:
+    """``sources``: the callables an ``external_source`` may name (a server's configured
+    ones; by default, in process, any)."""
     check_spec(spec, limits)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
@@ -196,6 +204,14 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""
+        elif op.type == EXTERNAL_SOURCE:
+            name = args["source"]
+            source = ExternalSourceStage(index, name, sources.resolve(name, index), args,
+                                         batch_size=batch)
+            plan.sources[index] = source
+            plan.stages.append(source)
+            for out, layout in enumerate(source.layouts):
+                plan.layouts[(index, out)] = layout
         elif op.type in DRAWS:
             stage = RandomStage(op.type, index, args, batch_size=batch,
                                 seed=_seed(args, spec.seed))

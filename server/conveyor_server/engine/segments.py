@@ -180,7 +180,8 @@ class SegmentRunner:
 
     def _read(self, state: SampleState) -> None:
         """Replace each reader's sample index with what it reads: the file's bytes and
-        label (``readers.file``), or the outputs its source reads (the other readers)."""
+        label (``readers.file``), or the outputs its source reads (the other readers); and
+        each external source's sample with its outputs."""
         values = state.values
         for op, binding in self._plan.readers.items():
             index = values[(op, 0)]
@@ -202,6 +203,11 @@ class SegmentRunner:
             with self._lock:
                 self.files_read += 1
             for o, out in enumerate(outputs):
+                values[(op, o)] = out
+        for op in self._plan.sources:  # computed on the submitting thread, in batch order
+            sample = values[(op, 0)]
+            state.where = state.where or sample.where
+            for o, out in enumerate(sample.get()):  # a source's error ends the batch
                 values[(op, o)] = out
 
 

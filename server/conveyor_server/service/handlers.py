@@ -30,6 +30,7 @@ from conveyor.errors import (
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
+from conveyor_server.engine.external_sources import NONE_REGISTERED, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
@@ -67,8 +68,11 @@ class ConveyorService:
                  max_pipelines: int = 64, slots: StreamSlots | None = None,
                  drain_wait: float = 5.0,
                  limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None,
-                 worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS) -> None:
+                 worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS,
+                 external_sources: ExternalSources = NONE_REGISTERED) -> None:
         self.store = store
+        #: The callables a pipeline's external_source may name (the configuration's).
+        self.external_sources = external_sources
         self.behaviour = behaviour or process_behaviour()
         self.listings = RedisListings(store)
         self.limits = limits
@@ -97,7 +101,8 @@ class ConveyorService:
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits,
-                        behaviour=self.behaviour, listings=self.listings, pool=self.workers)
+                        behaviour=self.behaviour, listings=self.listings, pool=self.workers,
+                        sources=self.external_sources)
 
     @rpc_kinds.unary
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,

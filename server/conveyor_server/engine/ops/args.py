@@ -168,18 +168,30 @@ def crop_window(ctx: OpContext, *, required: bool) -> CropWindow | None:
 def crop_image(window: CropWindow, image: np.ndarray, targs: Targs, policy: str,
                fill_values: Sequence[float]) -> np.ndarray:
     """Crop ``image`` under ``policy``; a view for "error" and "trim_to_shape", else a copy."""
+    h, w, _ = image.shape
+    anchor = window.anchor((h, w), targs)
+    out = cut_window(window.op, image, anchor, window.size, policy, fill_values)
+    if out is None:
+        raise window.out_of_bounds((h, w), anchor)
+    return out
+
+
+def cut_window(op: str, image: np.ndarray, anchor: tuple[int, int], size: tuple[int, int],
+               policy: str, fill_values: Sequence[float]) -> np.ndarray | None:
+    """The ``size`` (h, w) window of ``image`` at ``anchor`` (y, x) under ``policy``: a view
+    where it fits or is trimmed ("trim_to_shape"), a filled copy ("pad"); None where it does
+    not fit and the policy is "error"."""
     h, w, channels = image.shape
-    y, x = window.anchor((h, w), targs)
-    ch, cw = window.size
+    (y, x), (ch, cw) = anchor, size
     inside = y >= 0 and x >= 0 and y + ch <= h and x + cw <= w
     if inside:
         return image[y:y + ch, x:x + cw]
     if policy == "error":
-        raise window.out_of_bounds((h, w), (y, x))
+        return None
     y0, y1, x0, x1 = max(y, 0), min(y + ch, h), max(x, 0), min(x + cw, w)
     if policy == "trim_to_shape":
         return image[y0:max(y0, y1), x0:max(x0, x1)]
-    fill = per_channel(window.op, "fill_values", fill_values, channels)
+    fill = per_channel(op, "fill_values", fill_values, channels)
     out = np.empty((ch, cw, channels), dtype=image.dtype)
     out[...] = _saturated(fill, image.dtype)  # pad: fill, then copy the part that overlaps
     if y1 > y0 and x1 > x0:
