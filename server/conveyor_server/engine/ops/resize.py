@@ -26,6 +26,7 @@ from conveyor_server.engine.ops.args import (
     with_channels,
 )
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
+from conveyor_server.engine.ops.resize_filters import resize_steps
 
 
 @dataclass(frozen=True)
@@ -118,25 +119,19 @@ def _cv_resize(image: np.ndarray, out_hw: tuple[int, int], interp: int) -> np.nd
 
 def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
                  antialias: bool) -> np.ndarray:
-    """Resize an HWC image to ``out_hw``.
+    """Resize an HWC image to ``out_hw``, in the steps ``resize_steps`` chooses.
 
     DALI antialiases downscaling by widening its filter. OpenCV's ``INTER_AREA`` does the
     same for the linear filter, so linear + antialias uses it along each shrinking axis;
     cubic and lanczos3 are not antialiased here (a simplification).
     """
-    (h, w), (out_h, out_w) = image.shape[:2], out_hw
-    if out_hw == (h, w):
+    steps = resize_steps((image.shape[0], image.shape[1]), out_hw, interp_type, antialias)
+    if not steps:
         return image.copy()
-    if not (antialias and interp_type == "linear") or (out_h >= h and out_w >= w):
-        return _cv_resize(image, out_hw, INTERP[interp_type])
-    if out_h <= h and out_w <= w:
-        return _cv_resize(image, out_hw, cv2.INTER_AREA)
-    # One axis shrinks and the other grows: area-average along the shrinking one first.
-    if out_w < w:
-        narrow = _cv_resize(image, (h, out_w), cv2.INTER_AREA)
-    else:
-        narrow = _cv_resize(image, (out_h, w), cv2.INTER_AREA)
-    return _cv_resize(narrow, out_hw, cv2.INTER_LINEAR)
+    out = image
+    for step_hw, method in steps:
+        out = _cv_resize(out, step_hw, cv2.INTER_AREA if method == "area" else INTERP[method])
+    return out
 
 
 @register("resize")
