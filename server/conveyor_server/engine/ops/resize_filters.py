@@ -79,7 +79,7 @@ def area_filter(in_size: int, out_size: int) -> AxisFilter:
             weights.append((sx1 - fsx1) / cell)
         weights.extend(1.0 / cell for _ in range(sx1, sx2))
         if fsx2 - sx2 > 1e-3:
-            weights.append(min(min(fsx2 - sx2, 1.0), cell) / cell)
+            weights.append(min(fsx2 - sx2, 1.0, cell) / cell)
         rows.append((first, weights))
     taps = max(len(w) for _, w in rows)
     start = np.array([first for first, _ in rows], dtype=np.int32)
@@ -142,7 +142,7 @@ def resize_plan(in_hw: tuple[int, int], out_hw: tuple[int, int], interp_type: st
     if len(steps) == 1:
         make = _FILTERS[steps[0][1]]
         return ResizePlan(make(h, out_h), make(w, out_w), "cols", False)
-    (mid_h, mid_w), _ = steps[0]
+    (_, mid_w), _ = steps[0]
     if mid_w != w:  # the columns shrink first
         return ResizePlan(linear_filter(h, out_h), area_filter(w, out_w), "cols", True)
     return ResizePlan(area_filter(h, out_h), linear_filter(w, out_w), "rows", True)
