@@ -1,15 +1,16 @@
 // crop_mirror_normalize: out = in * mul[c] + add[c] in float32 (a crop window, mirrored
 // horizontally where asked), converted to the output type; channels past the input's are 0
 // (pad_output). NCHW (chw) or NHWC. blockIdx.z is the sample.
-// geom: per sample 8 x i64: in_h, in_w, channels, y0, x0, out_h, out_w, mirror.
+// geom: per sample 9 x i64: in_h, in_w, channels, y0, x0, out_h, out_w, mirror,
+//   channels_out.
 // mul, add: per sample `coef_stride` f32.
 template <typename S, typename D>
 __device__ void crop_mirror_normalize(const ptr_t* in_ptrs, const ptr_t* out_ptrs,
                                       const i64* geom, const float* mul, const float* add,
-                                      int coef_stride, int channels_out, int chw) {
+                                      int coef_stride, int chw) {
   const int s = blockIdx.z;
-  const i64* g = geom + 8 * s;
-  const i64 in_w = g[1], c = g[2], out_h = g[5], out_w = g[6];
+  const i64* g = geom + 9 * s;
+  const i64 in_w = g[1], c = g[2], out_h = g[5], out_w = g[6], channels_out = g[8];
   const i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   const i64 y = (i64)blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= out_w || y >= out_h) return;
@@ -28,9 +29,8 @@ __device__ void crop_mirror_normalize(const ptr_t* in_ptrs, const ptr_t* out_ptr
 #define CMN(NAME, S, D) \
   extern "C" __global__ void NAME(const ptr_t* in_ptrs, const ptr_t* out_ptrs, \
                                   const i64* geom, const float* mul, const float* add, \
-                                  int coef_stride, int channels_out, int chw) { \
-    crop_mirror_normalize<S, D>(in_ptrs, out_ptrs, geom, mul, add, coef_stride, \
-                                channels_out, chw); \
+                                  int coef_stride, int chw) { \
+    crop_mirror_normalize<S, D>(in_ptrs, out_ptrs, geom, mul, add, coef_stride, chw); \
   }
 #define CMN_TO(S, SN) \
   CMN(crop_mirror_normalize_##SN##_float32, S, f32) \

@@ -1,6 +1,6 @@
 // resize and random_resized_crop: one separable pass along one axis,
 //   out[i] = sum_k weights[i, k] * in[clamp(start[i] + k)],
-// accumulated in float32 in tap order. A resize is two launches per batch: the first pass
+// accumulated in float32 in tap order (starting from the first tap's product). A resize is two launches per batch: the first pass
 // (the sample's type to a float32 buffer, along the axis the CPU operator filters first,
 // optionally rounded as the sample's type), then the other axis (float32 to the output type).
 // The filters come from engine/ops/resize_filters.py. blockIdx.z is the sample.
@@ -28,7 +28,8 @@ __device__ void resize_pass(const ptr_t* src_ptrs, const ptr_t* dst_ptrs, const 
       i64 j = start + k;
       j = j < 0 ? 0 : (j >= n ? n - 1 : j);
       const S* p = rows ? src + j * stride + x * c + ch : src + y * stride + j * c + ch;
-      acc = __fadd_rn(acc, __fmul_rn(w[k], load_f(p)));
+      const float term = __fmul_rn(w[k], load_f(p));
+      acc = k == 0 ? term : __fadd_rn(acc, term);
     }
     store_f(dst + ch, g[11] ? as_type<R>(acc) : acc);
   }
