@@ -24,7 +24,11 @@ def library() -> ctypes.CDLL:
 class Compiled:
     ok: bool
     log: str
+    #: The PTX, for a virtual architecture ("compute_90").
     ptx: str
+    #: The size of the machine code (assembled by ptxas inside NVRTC), for a real
+    #: architecture ("sm_90").
+    cubin_bytes: int
 
 
 def version() -> tuple[int, int]:
@@ -41,8 +45,9 @@ def _check(result: int, what: str) -> None:
 
 
 def compile_ptx(source: str, name: str, arch: str, options: tuple[str, ...] = ()) -> Compiled:
-    """Compile ``source`` for ``arch`` (such as "compute_90"): whether it compiled, the log
-    (errors and warnings), and the PTX."""
+    """Compile ``source`` for ``arch``: whether it compiled, the log (errors and warnings),
+    and the PTX (a virtual architecture, "compute_90") or the machine code's size (a real
+    one, "sm_90")."""
     lib = library()
     prog = ctypes.c_void_p()
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0,
@@ -55,13 +60,16 @@ def compile_ptx(source: str, name: str, arch: str, options: tuple[str, ...] = ()
         _check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)), "nvrtcGetProgramLogSize")
         log = ctypes.create_string_buffer(size.value)
         _check(lib.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
-        ptx = b""
-        if result == 0:
+        ptx, cubin = b"", 0
+        if result == 0 and arch.startswith("compute_"):
             _check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
             buf = ctypes.create_string_buffer(size.value)
             _check(lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
             ptx = buf.value
+        elif result == 0:
+            _check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+            cubin = size.value
         return Compiled(result == 0, log.value.decode(errors="replace").strip(),
-                        ptx.decode(errors="replace"))
+                        ptx.decode(errors="replace"), cubin)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))

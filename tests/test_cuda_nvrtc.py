@@ -1,7 +1,7 @@
 """Every CUDA kernel source compiles with NVRTC (the nvidia-cuda-nvrtc wheel, no GPU
-needed) for two architectures, with no error or warning, defines every kernel the launchers
-ask for, and fuses no multiply-add (the numpy references round each product); a broken
-source fails the same check."""
+needed) for two architectures, to PTX and to machine code, with no error or warning,
+defines every kernel the launchers ask for, and fuses no multiply-add (the numpy
+references round each product); a broken source fails the same check."""
 
 from __future__ import annotations
 
@@ -35,6 +35,16 @@ def test_every_kernel_source_compiles_cleanly(name: str, arch: str) -> None:
     assert entries == set(sources.KERNELS[name]), "a kernel the launchers never ask for"
     # Products and sums are rounded one by one, as the references compute them.
     assert "fma.rn.f32" not in compiled.ptx and "fma.rn.f64" not in compiled.ptx
+
+
+@pytest.mark.parametrize("arch", ("sm_80", "sm_90"))
+@pytest.mark.parametrize("name", sorted(sources.KERNELS))
+def test_every_kernel_source_assembles_to_machine_code(name: str, arch: str) -> None:
+    # A real architecture runs ptxas inside NVRTC: the inline PTX (float16 conversions)
+    # must assemble for the A100 and H100 generations.
+    compiled = nvrtc.compile_ptx(sources.source(name), name, arch, sources.OPTIONS)
+    assert compiled.ok and compiled.log == "", compiled.log
+    assert compiled.cubin_bytes > 1000
 
 
 def test_every_kernel_name_is_in_one_source() -> None:
