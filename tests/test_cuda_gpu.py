@@ -65,6 +65,20 @@ def _batches(pipe: Pipeline, count: int) -> list[list[bytes]]:
 
 def test_gpu_pipeline_is_deterministic_and_resumes_exactly(tmp_path: Path) -> None:
     root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
-    with Pipeline(gpu_training(root)) as a, Pipeline(gpu_training(root)) as b:
-        assert _batches(a, 4) == _batches(b, 4)
+    with Pipeline(gpu_training(root)) as a, \
+            Pipeline(gpu_training(root, num_threads=3, prefetch_queue_depth=3)) as b:
+        first = _batches(a, 4)
+        assert first == _batches(b, 4), "threads or prefetch changed a GPU batch"
+    assert all(len(batch) == 8 for batch in first)  # 4 images, 4 labels
     assert_resume_exact(gpu_training(root), 2, 3)
+
+
+def test_gpu_outputs_are_device_arrays_on_the_pipeline_device(tmp_path: Path) -> None:
+    import cupy
+
+    root = str(make_image_folder(tmp_path / "imgs", counts=(4,)))
+    with Pipeline(gpu_training(root, device_id=0)) as pipe:
+        images, _ = pipe.run()
+    for image in images:
+        assert isinstance(image, cupy.ndarray) and image.device.id == 0
+        assert image.dtype == np.float16 and image.shape == (3, 24, 24)
