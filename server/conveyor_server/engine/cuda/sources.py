@@ -24,7 +24,7 @@ COLOR_TYPES = ("uint8", "int16", "uint16", "float16", "float32")
 SLICE_ITEMSIZES = (1, 2, 4, 8)
 
 #: Compile options: no fused multiply-adds anywhere (the kernels use _rn intrinsics too).
-OPTIONS = ("--fmad=false", "--std=c++14")
+OPTIONS = ("--fmad=false",)
 
 KERNELS: dict[str, tuple[str, ...]] = {
     "slice.cu": tuple(f"slice_flip_{n}" for n in SLICE_ITEMSIZES),
