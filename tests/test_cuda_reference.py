@@ -89,6 +89,19 @@ def test_device_gpu_is_refused_without_a_cuda_device(tmp_path: Any) -> None:
         Pipeline(_gpu_pipeline(str(root)))
 
 
+@pipeline_def(batch_size=2, seed=5)
+def _cubic_on_gpu(root: str) -> Any:
+    jpegs, _ = fn.readers.file(file_root=root)
+    return fn.rotate(fn.decoders.image(jpegs), angle=10.0, interp_type="cubic", device="gpu")
+
+
+def test_a_spec_the_gpu_form_refuses_is_named_on_any_machine(tmp_path: Any) -> None:
+    # The spec's errors come before the device check: a machine without a GPU reports them.
+    root = make_image_folder(tmp_path / "imgs", counts=(2,))
+    with pytest.raises(SpecError, match="interp_type.*'nn' or 'linear'"):
+        Pipeline(_cubic_on_gpu(str(root)))
+
+
 def test_gpu_is_a_device_of_the_gpu_operators_only() -> None:
     @pipeline_def(batch_size=1)
     def on_gpu() -> Any:
