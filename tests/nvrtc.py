@@ -11,11 +11,12 @@ from pathlib import Path
 
 @functools.cache
 def library() -> ctypes.CDLL:
-    """libnvrtc from the wheel (``nvidia/cu13/lib``); ``OSError`` if it is not installed."""
+    """libnvrtc from the CUDA 13 wheel (``nvidia/cu13/lib``; a CUDA 12 wheel of the gpu
+    extra may sit beside it); ``OSError`` if it is not installed."""
     import nvidia  # the wheels' namespace package
 
     for root in nvidia.__path__:
-        for found in sorted(Path(root).glob("cu*/lib/libnvrtc.so.*")):
+        for found in sorted(Path(root).glob("cu13/lib/libnvrtc.so.13*")):
             return ctypes.CDLL(str(found))
     raise OSError("libnvrtc not found: install the nvidia-cuda-nvrtc wheel (the test extra)")
 
