@@ -10,6 +10,7 @@ are in ``reader_schemas``, the colour operators' in ``color_schemas``, and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from enum import Enum
 from typing import Any
@@ -195,6 +196,12 @@ SCHEMAS: dict[str, OpSchema] = {
         1, ("output",), {"dtype": Arg("enum", required=True, choices=DTYPES), **_SEED}
     ),
 }
+
+#: Operators with a GPU form (``device="gpu"``: batched CUDA kernels on the server's GPU).
+GPU_OPS = ("rotate", "resize", "random_resized_crop", "crop", "flip", "crop_mirror_normalize",
+           "cast", "brightness_contrast", "hsv", "color_twist")
+for _name in GPU_OPS:
+    SCHEMAS[_name] = dataclasses.replace(SCHEMAS[_name], devices=("cpu", "gpu"))
 
 
 def schema_of(op_type: str) -> OpSchema:

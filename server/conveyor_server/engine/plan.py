@@ -223,11 +223,14 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
-                limits=limits, seed=_seed(args, spec.seed),
+                limits=limits, seed=_seed(args, spec.seed), device_id=max(spec.device_id, 0),
             )
-            built = registry.build(ctx, _form(op.type, batch_ops))
+            if op.device == "gpu" and registry.has_gpu_form(op.type):
+                built: BuiltOp = registry.build_gpu(ctx)
+            else:
+                built = registry.build(ctx, _form(op.type, batch_ops))
             arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}
-            if isinstance(built, registry.SampleOp) and built.keyed:
+            if built.keyed:
                 arg_refs[registry.SAMPLE_INDEX] = SAMPLE_INDEX_REF
             plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs], arg_refs,
                            op.num_outputs, args.get("on_error", "fail")))

@@ -20,7 +20,7 @@ from conveyor_server.engine.ops.args import (
     CropWindow,
     Targs,
     check_image,
-    crop_image,
+    crop_region,
     crop_window,
     per_channel,
     scalar_arg,
@@ -158,13 +158,20 @@ class CmnParams:
     def layout(self) -> str:
         return "CHW" if self.chw else "HWC"
 
+    def region(self, image_shape: tuple[int, ...], targs: Targs) -> tuple[int, int, int, int, bool]:
+        """The sample's crop window (y, x, height, width) and whether it is mirrored."""
+        h, w = image_shape[0], image_shape[1]
+        # This schema has no out_of_bounds_policy for this operator: DALI's default, "error".
+        y, x, ch, cw = (0, 0, h, w) if self.window is None else \
+            crop_region(self.window, (h, w), targs, "error")
+        return y, x, ch, cw, bool(self.mirror(targs))
+
     def view(self, image: np.ndarray, targs: Targs) -> np.ndarray:
         """The sample's cropped, mirrored pixels (a view where possible), HWC."""
         check_image(self.op, image)
-        # This schema has no out_of_bounds_policy for this operator: DALI's default, "error".
-        view = image if self.window is None else crop_image(self.window, image, targs,
-                                                             "error", (0.0,))
-        return view[:, ::-1] if self.mirror(targs) else view
+        y, x, h, w, mirror = self.region(image.shape, targs)
+        view = image[y:y + h, x:x + w]
+        return view[:, ::-1] if mirror else view
 
     def coefficients(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(mul, add) per channel, float32: out = (in - mean) / std * scale + shift folded

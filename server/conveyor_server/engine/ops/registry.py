@@ -74,6 +74,8 @@ class OpContext:
     limits: EngineLimits = NO_LIMITS
     #: The seed its keyed draws use: its ``seed`` argument, else the pipeline's.
     seed: int = 0
+    #: The CUDA device of the pipeline (``device_id``; 0 when unset): GPU operators run there.
+    device_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class BatchOp:
     fn: BatchFn
     layouts: tuple[str, ...]
     device: Device = "cpu"
+    #: Draws keyed random numbers: gets the samples' global indices in ``targs[SAMPLE_INDEX]``.
+    keyed: bool = False
     per: ClassVar[Per] = BATCH
 
 
@@ -145,6 +149,35 @@ def build(ctx: OpContext, per: Per) -> BuiltOp:
     return built
 
 
+_GPU_BUILDERS: dict[str, Builder] = {}
+
+
+def register_gpu(op_type: str) -> Callable[[Builder], Builder]:
+    """Register the ``device="gpu"`` form of ``op_type``: a per-batch operator whose batches
+    are device arrays (``conveyor_server.engine.cuda``)."""
+    def add(builder: Builder) -> Builder:
+        if op_type in _GPU_BUILDERS:
+            raise ValueError(f"operator {op_type!r} already has a GPU form")
+        _GPU_BUILDERS[op_type] = builder
+        return builder
+
+    return add
+
+
+def has_gpu_form(op_type: str) -> bool:
+    _load_builtin_ops()
+    return op_type in _GPU_BUILDERS
+
+
+def build_gpu(ctx: OpContext) -> BatchOp:
+    """Build the GPU form of ``ctx``'s operator (``DeviceUnavailable`` without a device)."""
+    _load_builtin_ops()
+    built = _GPU_BUILDERS[ctx.op_type](ctx)
+    if not isinstance(built, BatchOp):
+        raise TypeError(f"the GPU builder of {ctx.op_type!r} returned a per-sample operator")
+    return built
+
+
 def registered() -> list[str]:
     _load_builtin_ops()
     return sorted({op_type for op_type, _ in _BUILDERS})
@@ -152,6 +185,7 @@ def registered() -> list[str]:
 
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
+    from conveyor_server.engine.cuda import ops  # noqa: F401  (the GPU forms)
     from conveyor_server.engine.ops import (  # noqa: F401
         color,
         crop,
