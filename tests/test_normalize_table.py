@@ -111,7 +111,7 @@ def test_both_forms_of_the_operator_give_the_arithmetic_s_bytes(args: dict[str, 
     per_sample, per_batch = registry.build(ctx, SAMPLE), registry.build(ctx, BATCH)
     assert isinstance(per_sample, SampleOp) and isinstance(per_batch, BatchOp)
     images = [_image(32, 40, 3, salt=i) for i in range(4)]
-    mirror = [np.int32(i % 2) for i in range(4)]
+    mirror = [np.array(i % 2, np.int32) for i in range(4)]
     (batch,) = per_batch.fn([images], {"mirror": mirror})
     p = normalize.cmn_params(ctx)
     mul, add = p.coefficients(3)

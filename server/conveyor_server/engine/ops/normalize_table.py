@@ -21,7 +21,8 @@ import cv2
 import numpy as np
 
 #: The integer type a table's entries are copied as, by their size in bytes.
-_BITS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.int32)}
+_BITS: dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16),
+                              4: np.dtype(np.int32)}
 MAX_CHANNELS = 4
 
 
@@ -50,7 +51,6 @@ def lookup_into(out: np.ndarray, view: np.ndarray, table: np.ndarray, *, chw: bo
     c = view.shape[2]
     bits = _BITS[out.dtype.itemsize]
     entries = table.view(bits).reshape(256, c)
-    src = view
     if view.strides[1] < 0:  # mirrored: OpenCV takes no negative strides, so it mirrors
         src = cv2.flip(_positive(view[:, ::-1]), 1)
     else:
