@@ -34,8 +34,10 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -51,10 +53,10 @@ from bench._shared import (
     make_dataset,
     median,
     parse_args,
+    process_cpu_s,
     ratio,
     spread,
     table,
-    timed,
 )
 from conveyor import fn, pipeline_def, types
 from conveyor.allocator import DEFAULT, tune_malloc
@@ -67,8 +69,36 @@ IMAGES = 512
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 AREA, RATIO, ATTEMPTS = (0.08, 1.0), (3 / 4, 4 / 3), 10
+OURS, GRPC, HAND = "conveyor in-process", "conveyor over gRPC, float16 to the client", \
+    "hand-written loop"
+DALI = "DALI 2.4 on the CPU"
 DALI_HOWTO = ("make bench-resnet50 installs nvidia-dali-cuda120 2.4.0 into .bench-venv and "
               "runs this there")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One timed run: images per second, and the CPU time per image of every process
+    involved (this one, and the server's for the gRPC contender), all threads counted.
+    CPU per image moves less than images/s when other work shares the cores."""
+
+    rate: float
+    cpu_ms: float
+
+
+def measured(step: Callable[[], object], batches: int, server_pid: int | None = None,
+             warmup: int = 2) -> Measure:
+    """``step`` (one batch) ``warmup`` times untimed, then ``batches`` times timed."""
+    for _ in range(warmup):
+        step()
+    cpu = process_cpu_s() + (process_cpu_s(server_pid) if server_pid else 0.0)
+    start = time.perf_counter()
+    for _ in range(batches):
+        step()
+    wall = time.perf_counter() - start
+    cpu = process_cpu_s() + (process_cpu_s(server_pid) if server_pid else 0.0) - cpu
+    images = batches * BATCH
+    return Measure(images / wall, cpu / images * 1e3)
 
 
 def resnet50_pipeline(root: str) -> Any:
@@ -87,17 +117,17 @@ def resnet50_pipeline(root: str) -> Any:
     return resnet50()
 
 
-def in_process(root: str, batches: int) -> Callable[[], float]:
-    def run() -> float:
+def in_process(root: str, batches: int) -> Callable[[], Measure]:
+    def run() -> Measure:
         with Pipeline(resnet50_pipeline(root)) as pipe:
-            return timed(pipe.run, batches, BATCH)
+            return measured(pipe.run, batches)
     return run
 
 
-def streamed(server: Server, root: str, batches: int) -> Callable[[], float]:
+def streamed(server: Server, root: str, batches: int) -> Callable[[], Measure]:
     names = itertools.count()
 
-    def run() -> float:
+    def run() -> Measure:
         with conveyor.Client(server.address, timeout=60) as client:
             name = f"rn50-{next(names)}"
             pipe = client.create(name, resnet50_pipeline(root))
@@ -105,7 +135,7 @@ def streamed(server: Server, root: str, batches: int) -> Callable[[], float]:
                 def step() -> None:
                     images, _ = pipe.run()
                     images.as_array()  # float16 (64, 3, 224, 224), as a trainer takes it
-                return timed(step, batches, BATCH)
+                return measured(step, batches, server.pid)
             finally:
                 pipe.close()
                 client.delete(name)
@@ -124,7 +154,7 @@ def random_window(rng: np.random.Generator, h: int, w: int) -> tuple[int, int, i
     return (h - side) // 2, (w - side) // 2, side, side
 
 
-def hand_written(files: list[str], batches: int) -> Callable[[], float]:
+def hand_written(files: list[str], batches: int) -> Callable[[], Measure]:
     mul = (1.0 / np.asarray(STD, np.float32)).astype(np.float32)
     add = (-np.asarray(MEAN, np.float32) * mul).astype(np.float32)
 
@@ -142,7 +172,7 @@ def hand_written(files: list[str], batches: int) -> Callable[[], float]:
         work += add
         out[...] = work.transpose(2, 0, 1)  # to float16, CHW
 
-    def run() -> float:
+    def run() -> Measure:
         cv2.setNumThreads(1)  # parallel across images, as the engine does
         order = np.random.default_rng(0).permutation(len(files))
         cursor = itertools.count()
@@ -153,11 +183,11 @@ def hand_written(files: list[str], batches: int) -> Callable[[], float]:
                 list(pool.map(one, [files[order[i % len(files)]] for i in picks], picks,
                               list(out)))
                 return out
-            return timed(step, batches, BATCH)
+            return measured(step, batches)
     return run
 
 
-def dali(root: str, batches: int) -> Callable[[], float] | str:
+def dali(root: str, batches: int) -> Callable[[], Measure] | str:
     """DALI's contender, or why there is none."""
     try:
         from nvidia.dali import fn as dfn
@@ -179,11 +209,11 @@ def dali(root: str, batches: int) -> Callable[[], float] | str:
                                            mean=MEAN, std=STD, mirror=dfn.random.coin_flip())
         return images, labels
 
-    def run() -> float:
+    def run() -> Measure:
         pipe = dali_resnet50()
         pipe.build()
         try:
-            return timed(pipe.run, batches, BATCH)
+            return measured(pipe.run, batches)
         finally:
             del pipe
     return run
@@ -196,40 +226,37 @@ def main() -> None:
     data = make_dataset(args.data, count)
     root = str(data)
     files = image_files(data)
-    batches = 3 if args.quick else 8
+    batches = 3 if args.quick else 12
     print(f"# ResNet-50 training pipeline ({machine()})\n# {len(files)} JPEGs, batches of "
-          f"{BATCH}, {THREADS} threads, images/s, median of {args.runs} interleaved runs "
-          f"(min-max), {batches * BATCH} images timed per run\n")
+          f"{BATCH}, {THREADS} threads, median of {args.runs} interleaved runs (min-max), "
+          f"{batches * BATCH} images timed per run\n")
     with Server(args.data) as server:
-        contenders: dict[str, Callable[[], float]] = {
-            "conveyor in-process": in_process(root, batches),
-            "conveyor over gRPC, float16 to the client": streamed(server, root, batches),
-            "hand-written loop": hand_written(files, batches),
+        contenders: dict[str, Callable[[], Measure]] = {
+            OURS: in_process(root, batches),
+            GRPC: streamed(server, root, batches),
+            HAND: hand_written(files, batches),
         }
         peer = dali(root, batches)
-        if isinstance(peer, str):
-            absent = f"{peer}: {DALI_HOWTO}"
-        else:
-            contenders["DALI 2.4 on the CPU"] = peer
-            absent = ""
+        if not isinstance(peer, str):
+            contenders[DALI] = peer
         results = interleaved(contenders, args.runs)
-    table([(name, f"{median(v):,.0f}", spread(v, "{:,.0f}")) for name, v in results.items()],
-          ("contender", "images/s", "spread"))
-    if absent:
-        print(f"DALI CPU: not measured. {absent}\n")
-    ours = results["conveyor in-process"]
-    rows = [("in-process / hand-written loop (target >= 0.9)",
-             ratio(ours, results["hand-written loop"])),
-            ("over gRPC / in-process",
-             ratio(results["conveyor over gRPC, float16 to the client"], ours))]
-    if "DALI 2.4 on the CPU" in results:
-        dali_runs = results["DALI 2.4 on the CPU"]
-        rows.append(("in-process / DALI CPU (target >= 4)", ratio(ours, dali_runs)))
-        rows.append(("over gRPC / DALI CPU",
-                     ratio(results["conveyor over gRPC, float16 to the client"], dali_runs)))
-        rows.append(("hand-written loop / DALI CPU",
-                     ratio(results["hand-written loop"], dali_runs)))
-    table(rows, ("ratio (per-run, median and spread)", "value"))
+    rates = {name: [m.rate for m in runs] for name, runs in results.items()}
+    cpu = {name: [m.cpu_ms for m in runs] for name, runs in results.items()}
+    table([(name, f"{median(rates[name]):,.0f}", spread(rates[name], "{:,.0f}"),
+            f"{median(cpu[name]):.2f}", spread(cpu[name], "{:.2f}")) for name in results],
+          ("contender", "images/s", "spread", "CPU ms/image", "spread"))
+    if isinstance(peer, str):
+        print(f"DALI CPU: not measured. {peer}: {DALI_HOWTO}\n")
+    rows = [(f"{OURS} / {HAND} (target >= 0.9)", ratio(rates[OURS], rates[HAND]),
+             ratio(cpu[HAND], cpu[OURS])),
+            (f"{GRPC} / {OURS}", ratio(rates[GRPC], rates[OURS]), ratio(cpu[OURS], cpu[GRPC]))]
+    if DALI in results:
+        for name in (OURS, GRPC, HAND):
+            target = " (target >= 4)" if name == OURS else ""
+            rows.append((f"{name} / DALI CPU{target}", ratio(rates[name], rates[DALI]),
+                         ratio(cpu[DALI], cpu[name])))
+    table(rows, ("ratio (median of per-run ratios, spread)", "images/s",
+           "CPU ms/image, inverted: theirs / ours"))
     sys.stdout.flush()
 
 
