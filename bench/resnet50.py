@@ -219,6 +219,24 @@ def dali(root: str, batches: int) -> Callable[[], Measure] | str:
     return run
 
 
+def check_same_batches(server: Server, root: str) -> None:
+    """Both Conveyor contenders compute the same stream: the first batches' bytes agree."""
+    with Pipeline(resnet50_pipeline(root)) as local, \
+            conveyor.Client(server.address, timeout=60) as client:
+        remote = client.create("rn50-check", resnet50_pipeline(root))
+        try:
+            for _ in range(2):
+                (images, labels), (r_images, r_labels) = local.run(), remote.run()
+                ours, theirs = images.as_array(), r_images.as_array()
+                assert ours.dtype == np.float16 and ours.shape == (BATCH, 3, SIZE, SIZE)
+                assert ours.tobytes() == theirs.tobytes(), "gRPC and in-process batches differ"
+                assert labels.as_array().tobytes() == r_labels.as_array().tobytes()
+        finally:
+            remote.close()
+            client.delete("rn50-check")
+    print("in process and over gRPC: the same float16 batches, byte for byte (2 checked)\n")
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     tune_malloc(DEFAULT)
@@ -231,6 +249,7 @@ def main() -> None:
           f"{BATCH}, {THREADS} threads, median of {args.runs} interleaved runs (min-max), "
           f"{batches * BATCH} images timed per run\n")
     with Server(args.data) as server:
+        check_same_batches(server, root)
         contenders: dict[str, Callable[[], Measure]] = {
             OURS: in_process(root, batches),
             GRPC: streamed(server, root, batches),
