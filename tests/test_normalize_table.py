@@ -83,6 +83,7 @@ def test_the_table_path_is_the_one_taken_for_uint8_images() -> None:
     assert not normalize_table.applies(np.empty((3, 24, 24), np.float64), image, chw=True)
     assert not normalize_table.applies(np.empty((3, 24, 24), np.float32), image, chw=True)
     assert normalize_table.applies(np.empty((3, 24, 24), np.int32), image, chw=True)
+    assert not normalize_table.applies(np.empty((3, 0, 24), np.float16), image[:0], chw=True)
     # A table whose entries are marked reveals that the lookup, not arithmetic, wrote out.
     table = np.arange(256 * 3, dtype=np.uint16).reshape(256, 1, 3).view(np.float16)
     normalize_table.lookup_into(out, image[:, ::-1], table, chw=True)

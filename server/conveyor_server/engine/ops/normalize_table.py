@@ -5,10 +5,10 @@ A uint8 pixel takes one of 256 values, so per channel the operator's whole arith
 saturation) is a function of the value alone. ``normalize.py`` computes that function once
 per channel on a ramp of the 256 values with its own arithmetic (``ramp``); here each
 pixel's output is then copied from that table, bit for bit, by OpenCV's ``LUT``, which
-moves table entries as they are (a float16 or float32 table is looked up as its integer
-bits). The bytes are those of the arithmetic path by construction; what changes is the
-cost: numpy's float32 to float16 conversion alone takes ~0.65 ms per 224x224x3 image, the
-lookup ~0.05 ms per channel.
+moves table entries as they are (a float16 table is looked up as its integer bits). The
+bytes are those of the arithmetic path by construction; what changes is the cost: numpy's
+float32 to float16 conversion alone takes ~0.65 ms per 224x224x3 image, the lookup ~0.05
+ms per channel.
 
 The lookup takes outputs of 1, 2 or 4 bytes per value but float32 (whose arithmetic is as
 fast), images of 1 to 4 channels, CHW outputs (padded channels included) and HWC outputs
@@ -40,7 +40,7 @@ def applies(out: np.ndarray, view: np.ndarray, *, chw: bool) -> bool:
     thread: 0.13 ms against 0.20; float16 0.13 against 0.60, uint8 0.12 against 0.42)."""
     c = view.shape[2]
     return (view.dtype == np.uint8 and out.dtype != np.float32 and out.dtype.itemsize in _BITS
-            and 1 <= c <= MAX_CHANNELS and out.flags.c_contiguous
+            and 1 <= c <= MAX_CHANNELS and view.size > 0 and out.flags.c_contiguous
             and (chw or out.shape[2] == c))
 
 
