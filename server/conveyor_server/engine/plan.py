@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conveyor import schema
-from conveyor.errors import SpecError
+from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
 from conveyor_server.engine.data_files import DataFiles
@@ -150,9 +150,12 @@ def _seed(args: dict[str, object], pipeline_seed: int) -> int:
     return pipeline_seed if not isinstance(seed, int) or seed < 0 else seed
 
 
-def _form(op_type: str, batch_ops: bool) -> registry.Per:
-    forms = registry.forms(op_type)
+def _form(op_type: str, batch_ops: bool, device: str = "cpu") -> registry.Per:
+    forms = registry.forms(op_type, device)
     if not forms:
+        if registry.forms(op_type):
+            raise DeviceUnavailable(f"{op_type}: device={device!r} is not implemented on this "
+                                    "server (use device='cpu')")
         raise KeyError(f"no operator {op_type!r} is registered")
     return BATCH if BATCH in forms and (batch_ops or SAMPLE not in forms) else SAMPLE
 
@@ -207,11 +210,11 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
-                limits=limits, seed=_seed(args, spec.seed),
+                limits=limits, seed=_seed(args, spec.seed), device_id=spec.device_id,
             )
-            built = registry.build(ctx, _form(op.type, batch_ops))
+            built = registry.build(ctx, _form(op.type, batch_ops, op.device))
             arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}
-            if isinstance(built, registry.SampleOp) and built.keyed:
+            if built.keyed:
                 arg_refs[registry.SAMPLE_INDEX] = SAMPLE_INDEX_REF
             plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs], arg_refs,
                            op.num_outputs, args.get("on_error", "fail")))

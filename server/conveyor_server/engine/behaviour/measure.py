@@ -107,7 +107,7 @@ def _op_digest(op_type: str, variant: str, device: str) -> bytes | None:
     h = hashlib.sha256(f"{op_type}[{variant}]".encode())
     for case in probe.cases(variant):
         ctx = _context(op_type, case, device)
-        for per in registry.forms(op_type):
+        for per in registry.forms(op_type, device):
             try:
                 op = registry.build(ctx, per)
             except DeviceUnavailable:
