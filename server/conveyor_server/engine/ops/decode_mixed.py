@@ -7,6 +7,10 @@ as it is and the engine copies out of the GPU through its pinned ring
 (``engine/gpu_staging.py``). The windows are drawn by the same functions as on the CPU
 (``random_window``, ``CropWindow.anchor``) from the same keyed draws, so a mixed pipeline
 crops where the CPU one does; the pixels inside differ by the decoders' IDCTs.
+
+``image_op``, ``image_random_crop_op`` and ``image_crop_op`` build the operators over any
+``BatchDecoder``: the registered builders give them the GPU's; tests give them one on
+nvImageCodec's CPU backend, and run the same batched path in a pipeline without a GPU.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from conveyor_server.engine.ops.args import crop_window
 from conveyor_server.engine.ops.nvimgcodec_batch import BatchDecoder, WindowFn, gpu_target
 from conveyor_server.engine.ops.random_resized_crop import params_of, sample_index
 from conveyor_server.engine.ops.random_window import Window, random_window, window_draws
-from conveyor_server.engine.ops.registry import BATCH, BatchOp, OpContext, register
+from conveyor_server.engine.ops.registry import BATCH, SAMPLE_INDEX, BatchOp, OpContext, register
 
 MIXED = ("mixed", "gpu")
 
@@ -41,21 +45,23 @@ def batch_decoder(ctx: OpContext) -> BatchDecoder:
 
 @register("decoders.image", per=BATCH, devices=MIXED)
 def build_image_mixed(ctx: OpContext) -> BatchOp:
-    decoder = batch_decoder(ctx)
+    return image_op(batch_decoder(ctx))
 
+
+def image_op(decoder: BatchDecoder) -> BatchOp:
     def decode(inputs: Sequence[Batch], targs: Mapping[str, Batch]) -> tuple[Batch, ...]:
         return (decoder.decode(inputs[0]),)
 
-    return BatchOp(fn=decode, layouts=("HWC",), device="gpu")
+    return BatchOp(fn=decode, layouts=("HWC",), device=decoder.device)
 
 
 def random_windows(ctx: OpContext, targs: Mapping[str, Batch]) -> WindowFn:
     """Each sample's random window, drawn as ``decoders.image_random_crop`` on the CPU."""
     params = params_of(ctx)
-    indices = targs["@sample_index"]
+    indices = targs[SAMPLE_INDEX]
 
     def window(i: int, height: int, width: int) -> Window:
-        draws = window_draws(ctx.seed, ctx.index, sample_index({"@sample_index": indices[i]}),
+        draws = window_draws(ctx.seed, ctx.index, sample_index({SAMPLE_INDEX: indices[i]}),
                              params)
         return random_window(height, width, params, draws)
 
@@ -64,13 +70,15 @@ def random_windows(ctx: OpContext, targs: Mapping[str, Batch]) -> WindowFn:
 
 @register("decoders.image_random_crop", per=BATCH, devices=("mixed",))
 def build_image_random_crop_mixed(ctx: OpContext) -> BatchOp:
-    decoder = batch_decoder(ctx)
     params_of(ctx)  # bad window arguments are refused when the pipeline is built
+    return image_random_crop_op(ctx, batch_decoder(ctx))
 
+
+def image_random_crop_op(ctx: OpContext, decoder: BatchDecoder) -> BatchOp:
     def decode(inputs: Sequence[Batch], targs: Mapping[str, Batch]) -> tuple[Batch, ...]:
         return (decoder.decode(inputs[0], random_windows(ctx, targs)),)
 
-    return BatchOp(fn=decode, layouts=("HWC",), device="gpu", keyed=True)
+    return BatchOp(fn=decode, layouts=("HWC",), device=decoder.device, keyed=True)
 
 
 def crop_windows(ctx: OpContext, targs: Mapping[str, Batch]) -> WindowFn:
@@ -94,9 +102,11 @@ def crop_windows(ctx: OpContext, targs: Mapping[str, Batch]) -> WindowFn:
 @register("decoders.image_crop", per=BATCH, devices=("mixed",))
 def build_image_crop_mixed(ctx: OpContext) -> BatchOp:
     crop_window(ctx, required=True)  # bad window arguments are refused at build
-    decoder = batch_decoder(ctx)
+    return image_crop_op(ctx, batch_decoder(ctx))
 
+
+def image_crop_op(ctx: OpContext, decoder: BatchDecoder) -> BatchOp:
     def decode(inputs: Sequence[Batch], targs: Mapping[str, Batch]) -> tuple[Batch, ...]:
         return (decoder.decode(inputs[0], crop_windows(ctx, targs)),)
 
-    return BatchOp(fn=decode, layouts=("HWC",), device="gpu")
+    return BatchOp(fn=decode, layouts=("HWC",), device=decoder.device)

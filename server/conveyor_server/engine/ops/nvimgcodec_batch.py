@@ -38,7 +38,7 @@ from conveyor_server.engine.ops.decode import (
     sniff_format,
 )
 from conveyor_server.engine.ops.random_window import Window
-from conveyor_server.engine.ops.registry import SampleFailed
+from conveyor_server.engine.ops.registry import Device, SampleFailed
 
 #: (sample position in the batch, image height, image width) -> the window to output.
 WindowFn = Callable[[int, int, int], Window]
@@ -135,16 +135,26 @@ class BatchDecoder:
         # One batch at a time per operator: batches computed ahead queue here.
         self._lock = threading.Lock()
 
+    @property
+    def device(self) -> Device:
+        """Where the decoded images are: "gpu", or "cpu" for the CPU target."""
+        return "gpu" if self._target.on_gpu else "cpu"
+
     def decode(self, files: Sequence[np.ndarray], window: WindowFn | None = None) -> list[Any]:
         """One image per file, in order (CuPy arrays on a GPU, numpy arrays on the CPU);
         ``SampleFailed`` for the first file that cannot be decoded."""
         nv = self._nv
         streams = []
+        # The encoded bytes and whole streams a region's stream reads from: kept alive until
+        # the decode returns.
+        keep: list[Any] = []
         windows: list[Window | None] = []  # the windows decoded as regions
         for i, data in enumerate(files):
             try:
                 fmt = _check(data, self._limits)
-                stream = nv.CodeStream(data.tobytes())
+                encoded = data.tobytes()
+                stream = nv.CodeStream(encoded)
+                keep += (encoded, stream)
                 win = None
                 if window is not None and fmt == "JPEG" and jpeg_fast.exif_orientation(data) == 1:
                     win = window(i, int(stream.height), int(stream.width))
@@ -159,6 +169,7 @@ class BatchDecoder:
             windows.append(win)
         with self._lock:
             images = self._run(streams)
+        del keep
         out = []
         for i, (image, win) in enumerate(zip(images, windows, strict=True)):
             if image is None:
