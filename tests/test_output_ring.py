@@ -54,7 +54,8 @@ def test_the_oldest_free_slot_is_claimed_first_and_buffers_grow_only_when_too_sm
     again = out.claim(3, 32)
     assert again is slots[2] and allocations == [64, 64, 64]  # big enough: same memory
     bigger = out.claim(4, 1000)
-    assert bigger is slots[0] and allocations[-1] == 1000 and bigger.buffer.size == 1000
+    assert bigger is slots[0] and bigger is not None and allocations[-1] == 1000
+    assert bigger.buffer.size == 1000
 
 
 def test_batches_claim_in_order_until_a_restart() -> None:
