@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from conveyor import fn, pipeline_def, types
-from conveyor.errors import DataFileError, InvalidArgument
+from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor_server import Pipeline
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS
@@ -244,3 +244,25 @@ def test_the_batched_path_leaves_out_a_corrupt_file_under_skip(tmp_path: Path) -
     with Pipeline(random_crops(str(root))) as fail, \
             pytest.raises(DataFileError, match="decoders.image_random_crop .* truncated JPEG"):
         fail.run()
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="this machine has a CUDA device")
+def test_the_window_decoders_on_mixed_are_refused_without_a_gpu(tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(2,)))
+
+    @pipeline_def(batch_size=2, seed=1)
+    def on_mixed() -> Any:
+        jpegs, _ = fn.readers.file(file_root=root)
+        return fn.decoders.image_crop(jpegs, device="mixed", crop=(8, 8))
+
+    with pytest.raises(DeviceUnavailable, match=r"decoders.image_crop: device='mixed' needs a "
+                                                r"CUDA device, and this machine has none"):
+        Pipeline(on_mixed())
+
+    @pipeline_def(batch_size=2, seed=1)
+    def on_gpu() -> Any:
+        jpegs, _ = fn.readers.file(file_root=root)
+        return fn.decoders.image_random_crop(jpegs, device="gpu")
+
+    with pytest.raises(SpecError, match="'device': got 'gpu', expected one of 'cpu', 'mixed'"):
+        on_gpu()
