@@ -34,7 +34,7 @@ from conveyor_server.engine.ops.nvimgcodec_batch import (
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE_INDEX, SampleFailed
 from tests.images import make_image_folder
 from tests.op_helpers import build, gradient, noise, op_context, pil_bytes, run
-from tests.resume import assert_resume_exact
+from tests.resume import assert_resume_exact, assert_same_stream, run_batches
 
 nvimgcodec = pytest.importorskip("nvidia.nvimgcodec")
 
@@ -227,6 +227,13 @@ def test_the_batched_path_in_a_pipeline_streams_the_cpu_bytes_and_resumes_exactl
             for x, y in zip(a, b, strict=True):
                 np.testing.assert_array_equal(x, y)
     assert_resume_exact(random_crops(root), 2, 3)
+    with Pipeline(random_crops(root)) as first:
+        expected = run_batches(first, 4)
+    for threads, depth in ((1, 1), (4, 3)):
+        spec = random_crops(root)
+        spec.num_threads, spec.prefetch_queue_depth = threads, depth
+        with Pipeline(spec) as again:
+            assert_same_stream(expected, run_batches(again, 4), f"threads {threads}")
 
 
 @pytest.mark.usefixtures("cpu_backend_random_crop")
