@@ -273,3 +273,18 @@ def test_the_window_decoders_on_mixed_are_refused_without_a_gpu(tmp_path: Path) 
 
     with pytest.raises(SpecError, match="'device': got 'gpu', expected one of 'cpu', 'mixed'"):
         on_gpu()
+
+
+def test_a_cpu_operator_fed_by_a_gpu_one_is_refused_naming_both(tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(2,)))
+
+    @pipeline_def(batch_size=2, seed=1)
+    def back_to_cpu() -> Any:
+        jpegs, _ = fn.readers.file(file_root=root)
+        images = fn.decoders.image(jpegs, device="mixed")
+        return fn.rotate(images, angle=10.0)
+
+    with pytest.raises(SpecError, match=r"rotate: argument 'device': its input 0 comes from "
+                                        r"decoders.image \(op 1\) on device='mixed': a CPU "
+                                        "operator cannot take GPU data"):
+        Pipeline(back_to_cpu())

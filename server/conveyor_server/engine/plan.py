@@ -160,9 +160,26 @@ def _form(op_type: str, batch_ops: bool, device: str = "cpu") -> registry.Per:
     return BATCH if BATCH in forms and (batch_ops or SAMPLE not in forms) else SAMPLE
 
 
+def check_devices(spec: pipeline_pb2.PipelineSpec) -> None:
+    """Refuse a CPU operator fed by a GPU one (its data is in device memory), as DALI does:
+    data goes from the CPU to the GPU ("mixed" decoders, "gpu" operators), not back."""
+    for op in spec.ops:
+        if op.device not in ("", "cpu"):
+            continue
+        fed = [(f"input {k}", r) for k, r in enumerate(op.inputs)]
+        fed += [(f"argument {name!r}", r) for name, r in sorted(op.arg_inputs.items())]
+        for what, ref in fed:
+            source = spec.ops[ref.op] if ref.op < len(spec.ops) else None
+            if source is not None and source.device not in ("", "cpu"):
+                raise SpecError(op.type, "device", f"its {what} comes from {source.type} (op "
+                                f"{ref.op}) on device={source.device!r}: a CPU operator cannot "
+                                "take GPU data; run it on device='gpu'")
+
+
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
                limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True) -> Plan:
     check_spec(spec, limits)
+    check_devices(spec)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once
