@@ -121,13 +121,11 @@ def _opencv_cap(fmt: str) -> ResourceExhausted:
                              "limits.max_image_pixels): it was not decoded")
 
 
-def decode_image(data: np.ndarray, output_type: str,
-                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
-    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
-    An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
-    in a format the header parser does not read, by OpenCV's cap or after decoding."""
+def check_file(data: np.ndarray, limits: EngineLimits, op: str = OP) -> str:
+    """What every decoder checks before decoding (the GPU's too): a file's bytes, not empty,
+    a JPEG not cut short, a declared size within the limits. Returns the file's format."""
     if data.dtype != np.uint8 or data.ndim != 1:
-        raise InvalidArgument(f"{OP}: expects a file's bytes as a 1-D uint8 array, got "
+        raise InvalidArgument(f"{op}: expects a file's bytes as a 1-D uint8 array, got "
                               f"{data.dtype} of shape {data.shape}")
     if data.size == 0:
         raise DataFileError("cannot decode the image: the file is empty (0 bytes)")
@@ -135,6 +133,15 @@ def decode_image(data: np.ndarray, output_type: str,
     if fmt == "JPEG":
         check_jpeg_complete(data)
     check_declared_size(data, limits)
+    return fmt
+
+
+def decode_image(data: np.ndarray, output_type: str,
+                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
+    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
+    An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
+    in a format the header parser does not read, by OpenCV's cap or after decoding."""
+    fmt = check_file(data, limits)
     if fmt == "JPEG":
         fast = jpeg_fast.decode(data, output_type)
         if fast is not None:

@@ -29,14 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.errors import ConveyorError, DataFileError, DeviceUnavailable, InvalidArgument
+from conveyor.errors import ConveyorError, DataFileError, DeviceUnavailable
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.ops import jpeg_fast
-from conveyor_server.engine.ops.decode import (
-    check_declared_size,
-    check_jpeg_complete,
-    sniff_format,
-)
+from conveyor_server.engine.ops.decode import check_file, sniff_format
 from conveyor_server.engine.ops.random_window import Window
 from conveyor_server.engine.ops.registry import Device, SampleFailed
 
@@ -101,25 +97,12 @@ def nvimgcodec_version() -> str:
     return str(getattr(nvimgcodec, "__version__", "unknown"))
 
 
-def _check(data: np.ndarray, limits: EngineLimits) -> str:
-    """What the CPU decoder checks before decoding; the file's format."""
-    if data.dtype != np.uint8 or data.ndim != 1:
-        raise InvalidArgument(f"expects a file's bytes as a 1-D uint8 array, got {data.dtype} "
-                              f"of shape {data.shape}")
-    if data.size == 0:
-        raise DataFileError("cannot decode the image: the file is empty (0 bytes)")
-    fmt = sniff_format(data)
-    if fmt == "JPEG":
-        check_jpeg_complete(data)
-    check_declared_size(data, limits)
-    return fmt
-
-
 class BatchDecoder:
     def __init__(self, op: str, device: str, output_type: str, target: DecodeTarget,
                  limits: EngineLimits) -> None:
         nv = load_nvimgcodec(op, device)
         self._nv = nv
+        self._op = op
         self._target = target
         self._output_type = output_type
         self._limits = limits
@@ -151,7 +134,7 @@ class BatchDecoder:
         windows: list[Window | None] = []  # the windows decoded as regions
         for i, data in enumerate(files):
             try:
-                fmt = _check(data, self._limits)
+                fmt = check_file(data, self._limits, self._op)
                 encoded = data.tobytes()
                 stream = nv.CodeStream(encoded)
                 keep += (encoded, stream)
