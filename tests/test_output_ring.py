@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def, types
+from conveyor.client import Client
 from conveyor.errors import FailedPrecondition
 from conveyor_server import Pipeline
+from conveyor_server.app.metrics import Metrics
 from conveyor_server.engine.output_ring import OutputRing
 from conveyor_server.engine.staging import ALIGN, BatchStager, HostCopier, OutputStaging
+from conveyor_server.service.lifecycle import Runtime
+from conveyor_server.service.server import create_server
+from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.store import Store
 from tests.images import make_image_folder
 
 Ref = tuple[int, int]
@@ -164,3 +170,32 @@ def test_a_consumer_that_keeps_every_slot_is_told_to_release(tmp_path: Path) -> 
             pipe.run_staged()
         with pytest.raises(FailedPrecondition, match="all 4 output buffers are held"):
             pipe.run_staged()
+
+
+def test_the_stream_encodes_from_the_slots_and_gives_each_back(
+        redis_proc: RedisProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server whose pipeline's outputs go through a 4-slot ring streams 12 batches: each
+    slot is released once its frames are sent (else the fifth batch would find none), and
+    the bytes are the engine's."""
+    monkeypatch.delenv("CONVEYOR_TOKEN", raising=False)
+    monkeypatch.delenv("CONVEYOR_TOKEN_FILE", raising=False)
+    root = make_image_folder(tmp_path / "imgs", counts=(5, 4))
+    store = Store(redis_proc.url)
+    server, port, service, health = create_server("127.0.0.1:0", store, [tmp_path],
+                                                  observer=Metrics())
+    runtime = Runtime(server, service, health)
+    runtime.start()
+    try:
+        with Client(f"127.0.0.1:{port}") as client, Pipeline(crops(str(root))) as local:
+            remote = client.create("ringed", crops(str(root)))
+            out = through_the_ring(service.pipelines.local("ringed").engine)
+            for _ in range(12):
+                (images, labels), (expected, expected_labels) = remote.run(), local.run()
+                for x, y in zip(images, expected, strict=True):
+                    np.testing.assert_array_equal(x, y)
+                assert [int(v[0]) for v in labels] == [int(v[0]) for v in expected_labels]
+            assert len(out.held()) <= out.size
+            remote.close()
+    finally:
+        runtime.stop()
+        store.close()
