@@ -53,10 +53,10 @@ class CudaCopier:
         return isinstance(value, self._cupy.ndarray)
 
     def copy(self, source: Any, target: np.ndarray) -> None:
-        source = self._cupy.ascontiguousarray(source)
-        self._sources.append(source)
-        if source.nbytes:
-            with self._device:
+        with self._device:
+            source = self._cupy.ascontiguousarray(source)  # the decoders' already are
+            self._sources.append(source)
+            if source.nbytes:
                 self._cupy.cuda.runtime.memcpyAsync(target.ctypes.data, source.data.ptr,
                                                     source.nbytes, _DEVICE_TO_HOST,
                                                     self._stream.ptr)

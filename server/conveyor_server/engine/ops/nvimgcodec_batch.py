@@ -22,6 +22,7 @@ always drawn from the size of the image as oriented, as on the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -150,9 +151,14 @@ class BatchDecoder:
                     f"cannot decode the image ({data.size} bytes): {exc}")) from None
             streams.append(stream)
             windows.append(win)
-        with self._lock:
-            images = self._run(streams)
-        del keep
+        with self._on_device():
+            with self._lock:
+                images = self._run(streams)
+            del keep
+            return self._arrays(files, images, windows, window)
+
+    def _arrays(self, files: Sequence[np.ndarray], images: list[Any],
+                windows: list[Window | None], window: WindowFn | None) -> list[Any]:
         out = []
         for i, (image, win) in enumerate(zip(images, windows, strict=True)):
             if image is None:
@@ -171,15 +177,22 @@ class BatchDecoder:
             out.append(self._finish(array))
         return out
 
+    def _on_device(self) -> contextlib.AbstractContextManager[Any]:
+        """The target's CUDA device as the current one (nothing on the CPU)."""
+        if not self._target.on_gpu:
+            return contextlib.nullcontext()
+        import cupy
+
+        device: contextlib.AbstractContextManager[Any] = cupy.cuda.Device(
+            max(self._target.device_id or 0, 0))
+        return device
+
     def _run(self, streams: list[Any]) -> list[Any]:
         if not self._target.on_gpu:
             return list(self._decoder.decode(streams, params=self._params))
-        import cupy
-
-        with cupy.cuda.Device(max(self._target.device_id or 0, 0)):
-            # The legacy default stream: the operators after the decoder, and the copies
-            # out of the GPU (``gpu_staging.py``), are ordered after it.
-            return list(self._decoder.decode(streams, params=self._params, cuda_stream=0))
+        # The legacy default stream: the operators after the decoder, and the copies out
+        # of the GPU (``gpu_staging.py``), are ordered after it.
+        return list(self._decoder.decode(streams, params=self._params, cuda_stream=0))
 
     def _array(self, image: Any) -> Any:
         """The decoded image as an HWC array where the target keeps images."""
