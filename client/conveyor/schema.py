@@ -27,6 +27,8 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
+#: The window decoders run on the CPU or, as DALI's, "mixed" (GPU output).
+DECODER_DEVICES = ("cpu", "mixed")
 # Defined in schema_args; named here too, where they have always been.
 Arg = schema_args.Arg
 OpSchema = schema_args.OpSchema
@@ -46,6 +48,9 @@ _WINDOW = {
     "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
+#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's argument and
+#: default); the rest go to the CUDA decoder. Ignored on the CPU.
+_HW_LOAD = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1)}
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
         0,
@@ -66,20 +71,23 @@ SCHEMAS: dict[str, OpSchema] = {
     "decoders.image": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_ON_ERROR, **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_HW_LOAD, **_ON_ERROR,
+         **_SEED},
         devices=DEVICES,
     ),
     "decoders.image_random_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_HW_LOAD,
+         **_ON_ERROR, **_SEED},
+        devices=DECODER_DEVICES,
     ),
     "decoders.image_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_HW_LOAD,
+         **_ON_ERROR, **_SEED},
+        devices=DECODER_DEVICES,
     ),
     "random.uniform": OpSchema(
         0,

@@ -16,20 +16,22 @@ class OpBehaviour(_message.Message):
     def __init__(self, key: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class EngineId(_message.Message):
-    __slots__ = ("decoder", "warp", "key_schedule", "output_version", "ops", "cpu")
+    __slots__ = ("decoder", "warp", "key_schedule", "output_version", "ops", "cpu", "gpu")
     DECODER_FIELD_NUMBER: _ClassVar[int]
     WARP_FIELD_NUMBER: _ClassVar[int]
     KEY_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     CPU_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
     decoder: str
     warp: str
     key_schedule: int
     output_version: int
     ops: _containers.RepeatedCompositeFieldContainer[OpBehaviour]
     cpu: str
-    def __init__(self, decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ..., output_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpBehaviour, _Mapping]]] = ..., cpu: _Optional[str] = ...) -> None: ...
+    gpu: str
+    def __init__(self, decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ..., output_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpBehaviour, _Mapping]]] = ..., cpu: _Optional[str] = ..., gpu: _Optional[str] = ...) -> None: ...
 
 class FileListDigest(_message.Message):
     __slots__ = ("op", "reader_name", "num_files", "sha256")

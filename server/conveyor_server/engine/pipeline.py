@@ -14,10 +14,12 @@ O(1), never by replay.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from conveyor import spec as specs
 from conveyor.errors import (
@@ -33,14 +35,21 @@ from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
+from conveyor_server.engine.gpu_staging import output_stager
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.stages import MAX_SAMPLES
+from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
 Batch = tuple[TensorList, ...]
+
+
+def _nothing() -> None:
+    return None
+
 #: Whether operators registered in both forms run per batch unless told otherwise.
 BATCH_OPS = True
 
@@ -114,6 +123,9 @@ class Pipeline:
         self._inflight: deque[BatchWork[SampleState]] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
         self._threads = max(1, spec.num_threads)
+        #: A GPU pipeline's outputs leave the GPU through a ring of pinned buffers.
+        stager = output_stager(self._plan, self._depth)
+        self._staging = OutputStaging(stager) if stager is not None else None
         self._own_pool = pool is None
         self._pool = pool or ThreadPoolExecutor(self._threads,
                                                 thread_name_prefix="conveyor-worker")
@@ -172,13 +184,38 @@ class Pipeline:
 
     def run(self) -> Batch:
         """The next batch: one TensorList per pipeline output."""
+        outputs, staged = self._next_batch()
+        if staged is None:
+            return outputs
+        # Out of the ring: the caller may keep these as long as it likes.
+        copies = tuple(TensorList([np.array(s) for s in out], out.layout(), out.dtype)
+                       for out in outputs)
+        staged.release()
+        return copies
+
+    def run_staged(self) -> tuple[Batch, Callable[[], None]]:
+        """The next batch and the function to call once done with its bytes: a GPU
+        pipeline's outputs are views of an output-ring slot (``output_ring.py``), free for
+        another batch only after that call. The stream encodes from them; ``run()``
+        copies them out."""
+        outputs, staged = self._next_batch()
+        return outputs, (staged.release if staged is not None else _nothing)
+
+    def _next_batch(self) -> tuple[Batch, StagedBatch | None]:
         self._fill()
+        self._stage_ready()
         pending = self._inflight.popleft()
+        staged = None
         try:
-            results = self._segments.outputs(pending.results())
+            states = pending.results()
+            if self._staging is not None:
+                staged = self._staging.take(pending, states, self._returned)
+            results = self._segments.outputs(states)
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
+            if staged is not None:
+                staged.release()
             self._rewind()
             raise
         outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
@@ -186,10 +223,18 @@ class Pipeline:
         try:
             self._limits.check_batch(outputs, self._returned)
         except BaseException:
+            if staged is not None:
+                staged.release()
             self._rewind()
             raise
         self._returned += 1
-        return tuple(outputs)
+        self._stage_ready()
+        return tuple(outputs), staged
+
+    def _stage_ready(self) -> None:
+        """Start copying the computed batches out of the GPU, ahead of being asked for."""
+        if self._staging is not None:
+            self._staging.ahead(self._inflight, self._returned)
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -199,7 +244,11 @@ class Pipeline:
         """Start the prefetch if needed and wait up to ``timeout`` seconds for the next
         batch; True when ``run()`` will return (or raise) without waiting."""
         self._fill()
-        return self._inflight[0].ready(timeout)
+        self._stage_ready()
+        ready = self._inflight[0].ready(timeout)
+        if ready:
+            self._stage_ready()
+        return ready
 
     def _fill(self) -> None:
         """Keep ``prefetch_queue_depth`` batches computing."""
@@ -231,6 +280,8 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        if self._staging is not None:
+            self._staging.drop()
         for stage, state in zip(self._plan.stages, states, strict=True):
             stage.reset(state)
         self._returned = self._produced = batches
@@ -327,6 +378,8 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        if self._staging is not None:
+            self._staging.drop()
         if self._own_pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conveyor import schema
-from conveyor.errors import SpecError
+from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
 from conveyor_server.engine.data_files import DataFiles
@@ -155,11 +155,30 @@ def _seed(args: dict[str, object], pipeline_seed: int) -> int:
     return pipeline_seed if not isinstance(seed, int) or seed < 0 else seed
 
 
-def _form(op_type: str, batch_ops: bool) -> registry.Per:
-    forms = registry.forms(op_type)
+def _form(op_type: str, batch_ops: bool, device: str = "cpu") -> registry.Per:
+    forms = registry.forms(op_type, device)
     if not forms:
+        if registry.forms(op_type):
+            raise DeviceUnavailable(f"{op_type}: device={device!r} is not implemented on this "
+                                    "server (use device='cpu')")
         raise KeyError(f"no operator {op_type!r} is registered")
     return BATCH if BATCH in forms and (batch_ops or SAMPLE not in forms) else SAMPLE
+
+
+def check_devices(spec: pipeline_pb2.PipelineSpec) -> None:
+    """Refuse a CPU operator fed by a GPU one (its data is in device memory), as DALI does:
+    data goes from the CPU to the GPU ("mixed" decoders, "gpu" operators), not back."""
+    for op in spec.ops:
+        if op.device not in ("", "cpu"):
+            continue
+        fed = [(f"input {k}", r) for k, r in enumerate(op.inputs)]
+        fed += [(f"argument {name!r}", r) for name, r in sorted(op.arg_inputs.items())]
+        for what, ref in fed:
+            source = spec.ops[ref.op] if ref.op < len(spec.ops) else None
+            if source is not None and source.device not in ("", "cpu"):
+                raise SpecError(op.type, "device", f"its {what} comes from {source.type} (op "
+                                f"{ref.op}) on device={source.device!r}: a CPU operator cannot "
+                                "take GPU data; run it on device='gpu'")
 
 
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
@@ -168,6 +187,7 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
     """``sources``: the callables an ``external_source`` may name (a server's configured
     ones; by default, in process, any)."""
     check_spec(spec, limits)
+    check_devices(spec)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once
@@ -223,12 +243,9 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
-                limits=limits, seed=_seed(args, spec.seed), device_id=max(spec.device_id, 0),
+                limits=limits, seed=_seed(args, spec.seed), device_id=spec.device_id,
             )
-            if op.device == "gpu" and registry.has_gpu_form(op.type):
-                built: BuiltOp = registry.build_gpu(ctx)
-            else:
-                built = registry.build(ctx, _form(op.type, batch_ops))
+            built = registry.build(ctx, _form(op.type, batch_ops, op.device))
             arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}
             if built.keyed:
                 arg_refs[registry.SAMPLE_INDEX] = SAMPLE_INDEX_REF

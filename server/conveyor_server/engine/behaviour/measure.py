@@ -107,10 +107,10 @@ def _op_digest(op_type: str, variant: str, device: str) -> bytes | None:
     h = hashlib.sha256(f"{op_type}[{variant}]".encode())
     for case in probe.cases(variant):
         ctx = _context(op_type, case, device)
-        gpu_form = device == "gpu" and registry.has_gpu_form(op_type)
-        for per in (registry.BATCH,) if gpu_form else registry.forms(op_type):
+        gpu_form = device == "gpu" and bool(registry.forms(op_type, "gpu"))
+        for per in registry.forms(op_type, device):
             try:
-                op = registry.build_gpu(ctx) if gpu_form else registry.build(ctx, per)
+                op = registry.build(ctx, per)
             except DeviceUnavailable:
                 return None
             except ConveyorError as exc:

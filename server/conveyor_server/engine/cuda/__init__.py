@@ -2,8 +2,8 @@
 
 A GPU batch is a list of CuPy arrays, HWC, one per sample, on the pipeline's device
 (``device_id``); the GPU decoder produces it and the pinned output ring consumes it. Each
-GPU operator is a per-batch operator (``registry.register_gpu``) that runs one launch (two
-for resize) over the whole batch, whatever the samples' sizes:
+GPU operator is a per-batch operator (registered for ``device="gpu"``) that runs one launch
+(two for resize) over the whole batch, whatever the samples' sizes:
 
 - ``kernels/*.cu``: the CUDA C sources (``sources.py`` lists their kernels); compiled at run
   time by CuPy (NVRTC), and in CI by NVRTC alone (no GPU needed);

@@ -34,6 +34,11 @@ def _module(name: str, device_id: int) -> Any:
         return cp.RawModule(code=sources.source(name), options=sources.OPTIONS)
 
 
+def current_device() -> int:
+    """The process's current CUDA device: where a pipeline with no ``device_id`` runs."""
+    return int(_cupy().cuda.runtime.getDevice())
+
+
 def kernel(name: str, device_id: int) -> Any:
     return _module(sources.source_of(name), device_id).get_function(name)
 

@@ -1,5 +1,5 @@
 """The GPU operators: each planner of ``planners.py`` as a per-batch operator on
-``device="gpu"``, registered with ``registry.register_gpu``.
+``device="gpu"``, registered for that device (``register(..., devices=("gpu",))``).
 
 The batch's samples go to the pipeline's device first when they are host arrays (the
 output of a CPU operator); the outputs are CuPy arrays there, HWC (CHW for
@@ -14,10 +14,11 @@ from conveyor.errors import DeviceUnavailable
 from conveyor_server.engine.cuda import planners
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.ops.registry import (
+    BATCH,
     BatchOp,
     OpContext,
     SampleBatch,
-    register_gpu,
+    register,
 )
 
 
@@ -28,7 +29,7 @@ def require_device(ctx: OpContext) -> None:
         raise DeviceUnavailable(f"{ctx.op_type}: device='gpu' needs a CUDA device and CuPy, and "
                                 "this server has neither a device nor CuPy with a driver "
                                 "(use device='cpu')")
-    if ctx.device_id >= count:
+    if ctx.device_id >= count:  # -1: the current device
         raise DeviceUnavailable(f"{ctx.op_type}: device_id {ctx.device_id} is not among this "
                                 f"server's {count} CUDA devices")
 
@@ -38,7 +39,7 @@ def build_gpu_op(ctx: OpContext) -> BatchOp:
     require_device(ctx)
     from conveyor_server.engine.cuda import launch
 
-    device_id = ctx.device_id
+    device_id = ctx.device_id if ctx.device_id >= 0 else launch.current_device()
     keyed = ctx.op_type == "random_resized_crop"
 
     def run(inputs: Sequence[SampleBatch],
@@ -56,4 +57,4 @@ def build_gpu_op(ctx: OpContext) -> BatchOp:
 
 
 for _op_type in planners.PLANNERS:
-    register_gpu(_op_type)(build_gpu_op)
+    register(_op_type, per=BATCH, devices=("gpu",))(build_gpu_op)
