@@ -180,6 +180,7 @@ def registered() -> list[str]:
 
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
+    from conveyor_server.engine.cuda import ops  # noqa: F401  (the GPU forms)
     from conveyor_server.engine.ops import (  # noqa: F401
         color,
         crop,
@@ -192,4 +193,3 @@ def _load_builtin_ops() -> None:
         resize,
         rotate,
     )
-    from conveyor_server.engine.cuda import ops  # noqa: F401  (the GPU forms)
