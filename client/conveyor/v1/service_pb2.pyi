@@ -251,18 +251,20 @@ class GetCheckpointResponse(_message.Message):
     def __init__(self, checkpoint: _Optional[_Union[CheckpointInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinJobRequest(_message.Message):
-    __slots__ = ("job", "world_size", "run_id", "fingerprint", "step")
+    __slots__ = ("job", "world_size", "run_id", "fingerprint", "step", "existing_only")
     JOB_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_ONLY_FIELD_NUMBER: _ClassVar[int]
     job: str
     world_size: int
     run_id: str
     fingerprint: str
     step: int
-    def __init__(self, job: _Optional[str] = ..., world_size: _Optional[int] = ..., run_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+    existing_only: bool
+    def __init__(self, job: _Optional[str] = ..., world_size: _Optional[int] = ..., run_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., step: _Optional[int] = ..., existing_only: _Optional[bool] = ...) -> None: ...
 
 class JoinJobResponse(_message.Message):
     __slots__ = ("generation", "run_id", "world_size", "step", "global_batches", "checkpoint_id", "cut_step", "cut_global_batches")

@@ -4,6 +4,7 @@
 -- step all ranks of a world checkpointed. Within a generation, step s is global batch
 -- start_global + (s - start_step) * world.
 -- - No record: a new job, generation 1, at step 0.
+-- - No record and ARGV[8] = 1 (join only a job that exists): {-4, ''}.
 -- - Another spec: {-1, fingerprint}. Another creator: {-3, ''}.
 -- - Another run (ARGV[2] = 1 and ARGV[3] differs): generation + 1 from step 0, the cut at 0.
 -- - The same world from the cut or a later step: joins the generation as it is.
@@ -13,7 +14,8 @@
 -- Returns {generation, run, world, step, global, checkpoint id at or before it (''),
 --          cut step, cut global, previous world (0 if unchanged)}.
 -- KEYS: job, pending, cuts
--- ARGV: world, run given (0/1), run, fingerprint, step given (0/1), step, creator
+-- ARGV: world, run given (0/1), run, fingerprint, step given (0/1), step, creator ('': an
+--       operator, who may join any job), existing only (0/1)
 local job = KEYS[1]
 local world = tonumber(ARGV[1])
 local function blob_at(global)
@@ -33,14 +35,16 @@ local function restart(gen, run, step, global, previous)
   return {gen, run, world, step, global, blob_at(global), step, global, previous}
 end
 if redis.call('EXISTS', job) == 0 then
-  redis.call('HSET', job, 'fingerprint', ARGV[4], 'creator', ARGV[7])
+  if ARGV[8] == '1' then return {-4, ''} end
+  redis.call('HSET', job, 'fingerprint', ARGV[4], 'creator',
+             ARGV[7] ~= '' and ARGV[7] or 'anonymous')
   redis.call('DEL', KEYS[3])
   return restart(1, ARGV[3], 0, 0, 0)
 end
 if redis.call('HGET', job, 'fingerprint') ~= ARGV[4] then
   return {-1, redis.call('HGET', job, 'fingerprint')}
 end
-if redis.call('HGET', job, 'creator') ~= ARGV[7] then return {-3, ''} end
+if ARGV[7] ~= '' and redis.call('HGET', job, 'creator') ~= ARGV[7] then return {-3, ''} end
 local gen = tonumber(redis.call('HGET', job, 'generation'))
 local run = redis.call('HGET', job, 'run_id')
 local old_world = tonumber(redis.call('HGET', job, 'world'))
