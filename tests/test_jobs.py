@@ -13,6 +13,7 @@ import pytest
 
 import conveyor
 from conveyor import errors
+from conveyor.cli import main as cli
 from conveyor_server.demo.run import rotate_pipeline
 from tests.resume import batch_bytes
 from tests.servers import ServerProcess
@@ -117,7 +118,7 @@ def test_elastic_resume_two_to_five_after_a_partial_checkpoint(start_server: Sta
 
 
 def test_a_job_resumes_with_the_same_world_and_a_new_run_starts_afresh(
-        start_server: Start, image_root: Path) -> None:
+        start_server: Start, image_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     servers = [start_server(), start_server()]
     spec = spec_of(image_root)
     expected = reference(spec, 12)
@@ -140,6 +141,9 @@ def test_a_job_resumes_with_the_same_world_and_a_new_run_starts_afresh(
     assert [p.consumed for p in trial] == [0, 0]
     assert run_steps(trial, 2) == expected[:4]
     assert trial[0].describe().run_id == "run-2"
+    assert cli(["--server", servers[1].address, "describe", "job.rank-1"]) == 0
+    assert ("job:           job: rank 1 of 2 (generation 3), from step 0 at global batch 0"
+            in capsys.readouterr().out)
 
 
 def test_ranks_and_specs_are_checked(start_server: Start, image_root: Path) -> None:
@@ -154,3 +158,25 @@ def test_ranks_and_specs_are_checked(start_server: Start, image_root: Path) -> N
         other = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
         with pytest.raises(errors.SpecMismatch, match="another spec"):
             c.open("checked", other, rank=1, world_size=2)
+
+
+def test_a_rank_fails_over_within_its_world_and_not_into_a_newer_one(
+        start_server: Start, image_root: Path) -> None:
+    a, b = start_server(), start_server()
+    spec = spec_of(image_root)
+    expected = reference(spec, 10)
+    ranks = [conveyor.Client([a.address, b.address], timeout=10).open(
+        "job", spec, run_id="run-1", rank=r, world_size=2) for r in range(2)]
+    assert {p.via for p in ranks} == {a.address}
+    history = run_steps(ranks, 2)
+    a.kill()  # both ranks' server dies: each goes on on B from its own step
+    history += run_steps(ranks, 2)
+    assert history == expected[:8]
+    assert [p.failovers for p in ranks] == [1, 1] and {p.via for p in ranks} == {b.address}
+    for p in ranks:
+        p.checkpoint()  # step 4: the cut, written on B
+    one = client(b).open("job", spec, run_id="run-1")  # the job goes on with one rank
+    assert one.consumed == 4 and batch_bytes(one.run()) == expected[8]
+    # The older world's rank 1 cannot take its pipeline back by a failover restore.
+    with pytest.raises(errors.Fenced, match="went on without this rank's world"):
+        client(b).resume("job.rank-1", 4)
