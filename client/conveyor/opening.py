@@ -45,6 +45,9 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
                      consumed=consumed, existing_only=world_size == 1)
     except errors.NotFound:
         pass  # no job of that name: one rank is a plain pipeline
+    except errors.ConveyorError as exc:
+        if world_size > 1 or getattr(exc, "code", "") != "UNIMPLEMENTED":
+            raise  # (a server from before jobs has none: one rank is a plain pipeline)
     else:
         return open_rank(client, name, spec, start, rank=rank,
                          keep_checkpoints=keep_checkpoints)

@@ -108,7 +108,7 @@ class Pipeline:
         if share.global_batches < at:
             raise InvalidArgument(f"job {share.job!r}: the start, global batch "
                                   f"{share.global_batches}, is before the checkpoint's ({at})")
-        if share.cut(share.step + 1) * spec.batch_size > MAX_SAMPLES:
+        if share.global_batches * spec.batch_size > MAX_SAMPLES:
             raise InvalidArgument(f"global batch {share.global_batches} is beyond the "
                                   f"furthest a pipeline reaches ({MAX_SAMPLES} samples)")
         if share.global_batches > at:  # the stages jump to the start in O(1)
@@ -278,7 +278,7 @@ class Pipeline:
         if batches < self._base_batches:
             raise FailedPrecondition(f"batch {batches} is before this pipeline's start "
                                      f"({self._base_batches})")
-        if (block + 1) * self._batch_size > MAX_SAMPLES:
+        if block * self._batch_size > MAX_SAMPLES:
             raise InvalidArgument(f"batch {batches} is beyond the furthest position a "
                                   f"pipeline reaches ({MAX_SAMPLES} samples)")
         samples = (block - self.share.global_batches) * self._batch_size
@@ -372,4 +372,3 @@ class Pipeline:
         pool = getattr(self, "_pool", None)
         if pool is not None and getattr(self, "_own_pool", False):
             pool.shutdown(wait=False, cancel_futures=True)
-
