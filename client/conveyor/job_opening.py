@@ -54,14 +54,19 @@ def open_rank(client: Client, name: str, spec: pipeline_pb2.PipelineSpec,
               start: service_pb2.JoinJobResponse, *, rank: int,
               keep_checkpoints: int) -> RemotePipeline:
     """Rank ``rank``'s pipeline, at the start ``join`` answered: restored from the job's
-    checkpoint at or before it, else created there."""
+    checkpoint at or before it (the stages jump to the start), else created there (the
+    same position: every stage's state is a function of the global position)."""
     share = service_pb2.JobShare(job=name, rank=rank, world_size=start.world_size,
                                  generation=start.generation, step=start.step,
                                  global_batches=start.global_batches)
     pipeline = rank_name(name, rank)
     if start.checkpoint_id:
-        return client.restore(pipeline, start.checkpoint_id, spec=spec,
-                              keep_checkpoints=keep_checkpoints, run_id=start.run_id, job=share)
+        try:
+            return client.restore(pipeline, start.checkpoint_id, spec=spec,
+                                  keep_checkpoints=keep_checkpoints, run_id=start.run_id,
+                                  job=share)
+        except errors.NotFound:
+            pass  # retired by its pipeline's retention since: start from the spec there
     try:
         return client.create(pipeline, spec, keep_checkpoints=keep_checkpoints,
                              run_id=start.run_id, job=share)
