@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 
 from conveyor.errors import DataLoss, FailedPrecondition
 from conveyor.torch import ConveyorDataset
@@ -66,6 +67,12 @@ def test_rank_and_world_size_come_from_torch_distributed(image_root: Path,
         assert (grouped.rank, grouped.world_size) == (dist.get_rank(), dist.get_world_size())
         given = ConveyorDataset("127.0.0.1:1", "d", spec, rank=3, world_size=4)
         assert (given.rank, given.world_size) == (3, 4)
+        # torch.distributed.checkpoint saves and loads the position (the class is Stateful);
+        # the world size is the loading dataset's own.
+        given.consumed, given.global_batches = 7, 25
+        dcp.save({"data": given}, checkpoint_id=str(tmp_path / "dcp"))
+        dcp.load({"data": grouped}, checkpoint_id=str(tmp_path / "dcp"))
+        assert (grouped.consumed, grouped.global_batches, grouped.world_size) == (7, 25, 1)
     finally:
         dist.destroy_process_group()
     with pytest.raises(Exception, match="rank 4 of world_size 4"):
