@@ -81,8 +81,22 @@ class OpState(_message.Message):
     external_source: ExternalSourceState
     def __init__(self, op: _Optional[int] = ..., reader: _Optional[_Union[ReaderState, _Mapping]] = ..., random: _Optional[_Union[RandomState, _Mapping]] = ..., external_source: _Optional[_Union[ExternalSourceState, _Mapping]] = ...) -> None: ...
 
+class JobPosition(_message.Message):
+    __slots__ = ("job", "rank", "world_size", "generation", "global_batches")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    world_size: int
+    generation: int
+    global_batches: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., generation: _Optional[int] = ..., global_batches: _Optional[int] = ...) -> None: ...
+
 class CheckpointBody(_message.Message):
-    __slots__ = ("format_version", "spec", "fingerprint", "file_lists", "engine", "op_states", "batches")
+    __slots__ = ("format_version", "spec", "fingerprint", "file_lists", "engine", "op_states", "batches", "job")
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +104,7 @@ class CheckpointBody(_message.Message):
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     OP_STATES_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     format_version: int
     spec: _pipeline_pb2.PipelineSpec
     fingerprint: bytes
@@ -97,7 +112,8 @@ class CheckpointBody(_message.Message):
     engine: EngineId
     op_states: _containers.RepeatedCompositeFieldContainer[OpState]
     batches: int
-    def __init__(self, format_version: _Optional[int] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., fingerprint: _Optional[bytes] = ..., file_lists: _Optional[_Iterable[_Union[FileListDigest, _Mapping]]] = ..., engine: _Optional[_Union[EngineId, _Mapping]] = ..., op_states: _Optional[_Iterable[_Union[OpState, _Mapping]]] = ..., batches: _Optional[int] = ...) -> None: ...
+    job: JobPosition
+    def __init__(self, format_version: _Optional[int] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., fingerprint: _Optional[bytes] = ..., file_lists: _Optional[_Iterable[_Union[FileListDigest, _Mapping]]] = ..., engine: _Optional[_Union[EngineId, _Mapping]] = ..., op_states: _Optional[_Iterable[_Union[OpState, _Mapping]]] = ..., batches: _Optional[int] = ..., job: _Optional[_Union[JobPosition, _Mapping]] = ...) -> None: ...
 
 class SealedCheckpoint(_message.Message):
     __slots__ = ("format_version", "body", "sha256")

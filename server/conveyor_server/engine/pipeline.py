@@ -36,6 +36,7 @@ from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviou
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.gpu_staging import output_stager
+from conveyor_server.engine.job_share import Share, share_of
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
@@ -67,6 +68,7 @@ class Pipeline:
         listings: ListingArchive | None = None,
         pool: Executor | None = None,
         sources: ExternalSources = IN_PROCESS,
+        share: Share | None = None,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
@@ -78,7 +80,10 @@ class Pipeline:
         The per-sample work of a batch is split into ``num_threads`` tasks either way.
         ``sources``: the callables an ``external_source`` may name (a server passes its
         configured ones; in process, by default, the callable ``fn.external_source`` was
-        given, or any ``"module:function"``)."""
+        given, or any ``"module:function"``).
+        ``share``: a data-parallel job's rank (see ``job_share.py``), starting at its step
+        and global position (at or after the checkpoint's; by default the checkpoint's
+        own share, or a plain pipeline's)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -96,7 +101,6 @@ class Pipeline:
         single_threaded_opencv()
         self._limits = limits
         self._batch_size = spec.batch_size
-        base = 0
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
             ckpt.verify_against(body, spec, self.engine_id(), digests,
@@ -110,13 +114,27 @@ class Pipeline:
                 if stage.op_index not in states:
                     raise CorruptCheckpoint(f"checkpoint has no state for op {stage.op_index}")
                 stage.reset(states[stage.op_index])
-            base = body.batches
+            share, at = share_of(body, share)
         else:
             for stage in self._plan.stages:
                 stage.reset(None)
+            share, at = share or Share(), 0
+        if share.global_batches < at:
+            raise InvalidArgument(f"job {share.job!r}: the start, global batch "
+                                  f"{share.global_batches}, is before the checkpoint's ({at})")
+        if share.global_batches * spec.batch_size > MAX_SAMPLES:
+            raise InvalidArgument(f"global batch {share.global_batches} is beyond the "
+                                  f"furthest a pipeline reaches ({MAX_SAMPLES} samples)")
+        if share.global_batches > at:  # the stages jump to the start in O(1)
+            for stage in self._plan.stages:
+                stage.reset(stage.advanced(stage.get_state(),
+                                           (share.global_batches - at) * spec.batch_size))
         if listings is not None:
             self._keep_listings(listings)
+        self.share = share
+        base = share.step
         self._base_batches = base
+        # The stages' states at the start's cut: every later state is computed from them.
         self._base_states = [stage.get_state() for stage in self._plan.stages]
         self._returned = base
         self._produced = base
@@ -263,9 +281,13 @@ class Pipeline:
             raise
 
     def _submit(self) -> None:
+        if self.share.strided:  # a job's rank: jump to its next global batch
+            for stage, state in zip(self._plan.stages, self.states_at(self._produced),
+                                    strict=True):
+                stage.reset(state)
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
-        self._inflight.append(self._segments.start(per_stage, self._produced,
-                                                   self._pool, self._threads))
+        self._inflight.append(self._segments.start(
+            per_stage, self.share.block(self._produced), self._pool, self._threads))
         self._produced += 1
 
     def wait_prefetched(self) -> None:
@@ -299,14 +321,23 @@ class Pipeline:
         return self._identity
 
     def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
-        """Every stage's state after ``batches`` batches, computed without replay."""
+        """Every stage's state before this pipeline's batch ``batches`` (after ``batches``
+        batches, unless it is a job's rank), computed without replay."""
+        return self._states_at_global(batches, self.share.block(batches))
+
+    def cut_states(self, batches: int) -> list[checkpoint_pb2.OpState]:
+        """Every stage's state at the job's cut before step ``batches`` (for a pipeline that
+        is no job's rank, ``states_at``): what a checkpoint records."""
+        return self._states_at_global(batches, self.share.cut(batches))
+
+    def _states_at_global(self, batches: int, block: int) -> list[checkpoint_pb2.OpState]:
         if batches < self._base_batches:
             raise FailedPrecondition(f"batch {batches} is before this pipeline's start "
                                      f"({self._base_batches})")
-        if batches * self._batch_size > MAX_SAMPLES:
+        if block * self._batch_size > MAX_SAMPLES:
             raise InvalidArgument(f"batch {batches} is beyond the furthest position a "
                                   f"pipeline reaches ({MAX_SAMPLES} samples)")
-        samples = (batches - self._base_batches) * self._batch_size
+        samples = (block - self.share.global_batches) * self._batch_size
         return [stage.advanced(state, samples)
                 for stage, state in zip(self._plan.stages, self._base_states, strict=True)]
 
@@ -335,7 +366,13 @@ class Pipeline:
         if n > self._produced:
             raise FailedPrecondition(f"cannot checkpoint after {n} batches: only "
                                      f"{self._produced} were produced")
-        return checkpoint_pb2.CheckpointBody(op_states=self.states_at(n), batches=n)
+        body = checkpoint_pb2.CheckpointBody(op_states=self.cut_states(n), batches=n)
+        share = self.share
+        if share.job:
+            body.job.CopyFrom(checkpoint_pb2.JobPosition(
+                job=share.job, rank=share.rank, world_size=share.world_size,
+                generation=share.generation, global_batches=share.cut(n)))
+        return body
 
     def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
         """The sealed state after the batches returned so far (or after ``batches``).
