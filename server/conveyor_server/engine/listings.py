@@ -7,6 +7,7 @@ Keeping a listing is best effort: an archive that fails answers "absent".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 
@@ -16,6 +17,31 @@ class ListingArchive(Protocol):
     def get(self, digest: bytes) -> bytes | None: ...
 
     def put(self, digest: bytes, listing: bytes) -> None: ...
+
+
+class ListedData(Protocol):
+    """A reader's data identity: its digest, its listing, and the first change from an
+    earlier listing."""
+
+    @property
+    def digest(self) -> bytes: ...
+
+    def listing(self) -> bytes: ...
+
+    def first_change(self, earlier: bytes) -> str | None: ...
+
+
+def keep_listings(archive: ListingArchive, identities: Iterable[ListedData]) -> None:
+    """Keep the listing of each identity the archive does not hold yet."""
+    for identity in identities:
+        if not archive.has(identity.digest):
+            archive.put(identity.digest, identity.listing())
+
+
+def first_change(archive: ListingArchive, identity: ListedData, earlier: bytes) -> str | None:
+    """The first file that changed since the ``earlier`` listing, where the archive has it."""
+    listing = archive.get(earlier)
+    return None if listing is None else identity.first_change(listing)
 
 
 class MemoryListings:

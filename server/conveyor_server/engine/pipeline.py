@@ -36,9 +36,9 @@ from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviou
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.gpu_staging import output_stager
-from conveyor_server.engine.job_share import Share, share_of
+from conveyor_server.engine.job_share import Share, place_stages
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
-from conveyor_server.engine.listings import ListingArchive
+from conveyor_server.engine.listings import ListingArchive, first_change, keep_listings
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
@@ -47,9 +47,6 @@ from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
 Batch = tuple[TensorList, ...]
 
-
-def _nothing() -> None:
-    return None
 
 #: Whether operators registered in both forms run per batch unless told otherwise.
 BATCH_OPS = True
@@ -93,7 +90,6 @@ class Pipeline:
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
         self._behaviour = behaviour
-        self._listings = listings
         self._identity: checkpoint_pb2.EngineId | None = None
         self._constant_body: bytes | None = None
         self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
@@ -104,33 +100,15 @@ class Pipeline:
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
             ckpt.verify_against(body, spec, self.engine_id(), digests,
-                                self._first_change if listings is not None else None)
+                                None if listings is None else lambda op, earlier: first_change(
+                                    listings, self._plan.readers[op].identity, earlier))
             if body.batches * spec.batch_size > MAX_SAMPLES:
                 raise CorruptCheckpoint(f"checkpoint position {body.batches} batches is beyond "
                                         f"the furthest a pipeline reaches ({MAX_SAMPLES} "
                                         "samples)")
-            states = {s.op: s for s in body.op_states}
-            for stage in self._plan.stages:
-                if stage.op_index not in states:
-                    raise CorruptCheckpoint(f"checkpoint has no state for op {stage.op_index}")
-                stage.reset(states[stage.op_index])
-            share, at = share_of(body, share)
-        else:
-            for stage in self._plan.stages:
-                stage.reset(None)
-            share, at = share or Share(), 0
-        if share.global_batches < at:
-            raise InvalidArgument(f"job {share.job!r}: the start, global batch "
-                                  f"{share.global_batches}, is before the checkpoint's ({at})")
-        if share.global_batches * spec.batch_size > MAX_SAMPLES:
-            raise InvalidArgument(f"global batch {share.global_batches} is beyond the "
-                                  f"furthest a pipeline reaches ({MAX_SAMPLES} samples)")
-        if share.global_batches > at:  # the stages jump to the start in O(1)
-            for stage in self._plan.stages:
-                stage.reset(stage.advanced(stage.get_state(),
-                                           (share.global_batches - at) * spec.batch_size))
+        share = place_stages(self._plan.stages, body, share, spec.batch_size)
         if listings is not None:
-            self._keep_listings(listings)
+            keep_listings(listings, (b.identity for b in self._plan.readers.values()))
         self.share = share
         base = share.step
         self._base_batches = base
@@ -184,17 +162,6 @@ class Pipeline:
         """The position this pipeline started from (0, or its checkpoint's)."""
         return self._base_batches
 
-    def _keep_listings(self, listings: ListingArchive) -> None:
-        for binding in self._plan.readers.values():
-            if not listings.has(binding.identity.digest):
-                listings.put(binding.identity.digest, binding.identity.listing())
-
-    def _first_change(self, op: int, earlier: bytes) -> str | None:
-        listing = self._listings.get(earlier) if self._listings is not None else None
-        if listing is None:
-            return None
-        return self._plan.readers[op].identity.first_change(listing)
-
     # -- running ---------------------------------------------------------------------
 
     def build(self) -> None:
@@ -217,7 +184,7 @@ class Pipeline:
         another batch only after that call. The stream encodes from them; ``run()``
         copies them out."""
         outputs, staged = self._next_batch()
-        return outputs, (staged.release if staged is not None else _nothing)
+        return outputs, (staged.release if staged is not None else lambda: None)
 
     def _next_batch(self) -> tuple[Batch, StagedBatch | None]:
         self._fill()
@@ -229,17 +196,11 @@ class Pipeline:
             if self._staging is not None:
                 staged = self._staging.take(pending, states, self._returned)
             results = self._segments.outputs(states)
+            outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
+                       for ref, samples in zip(self._plan.outputs, results, strict=True)]
+            self._limits.check_batch(outputs, self._returned)
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
-        except BaseException:
-            if staged is not None:
-                staged.release()
-            self._rewind()
-            raise
-        outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
-                   for ref, samples in zip(self._plan.outputs, results, strict=True)]
-        try:
-            self._limits.check_batch(outputs, self._returned)
         except BaseException:
             if staged is not None:
                 staged.release()
@@ -367,11 +328,8 @@ class Pipeline:
             raise FailedPrecondition(f"cannot checkpoint after {n} batches: only "
                                      f"{self._produced} were produced")
         body = checkpoint_pb2.CheckpointBody(op_states=self.cut_states(n), batches=n)
-        share = self.share
-        if share.job:
-            body.job.CopyFrom(checkpoint_pb2.JobPosition(
-                job=share.job, rank=share.rank, world_size=share.world_size,
-                generation=share.generation, global_batches=share.cut(n)))
+        if self.share.job:
+            body.job.CopyFrom(self.share.job_position(n))
         return body
 
     def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
@@ -393,18 +351,21 @@ class Pipeline:
     # -- metadata ------------------------------------------------------------------------
 
     def epoch_size(self, name: str | None = None) -> Any:
-        if name is None and len(self._plan.readers) != 1:
-            return {b.name: b.stage.num_files for b in self._plan.readers.values()}
-        return self._plan.reader(name).stage.num_files
+        return self._per_reader(name, lambda stage: stage.num_files)
 
     def epoch_sizes(self) -> dict[str, int]:
         """Samples per epoch of every reader, by name (``op<index>`` for unnamed ones)."""
         return {b.name or f"op{op}": b.stage.num_files for op, b in self._plan.readers.items()}
 
     def reader_meta(self, name: str | None = None) -> Any:
+        return self._per_reader(name, lambda stage: stage.meta())
+
+    def _per_reader(self, name: str | None, value: Callable[[Any], Any]) -> Any:
+        """``value`` of the reader ``name``; of every reader by name where the pipeline has
+        several and no name is given."""
         if name is None and len(self._plan.readers) != 1:
-            return {b.name: b.stage.meta() for b in self._plan.readers.values()}
-        return self._plan.reader(name).stage.meta()
+            return {b.name: value(b.stage) for b in self._plan.readers.values()}
+        return value(self._plan.reader(name).stage)
 
     # -- lifetime ------------------------------------------------------------------------
 
