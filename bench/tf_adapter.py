@@ -53,16 +53,16 @@ def main() -> None:
             prefetched = {name: ConveyorDataset(server.address, f"tf-prefetch-{name}", spec,
                                                 client_options=options)
                           for name, spec in specs.items()}
+            def rate(step: Callable[[], object]) -> Callable[[], float]:
+                return lambda: images_per_second(step, batches)
+
             contenders: dict[str, Callable[[], float]] = {}
             for name in formats:
                 plain: Any = iter(datasets[name])
                 ahead: Any = iter(prefetched[name].prefetch(2))
-                contenders[f"client run(), {name}"] = \
-                    lambda s=remote[name].run: images_per_second(s, batches)
-                contenders[f"tf dataset, {name}"] = \
-                    lambda s=plain.__next__: images_per_second(s, batches)
-                contenders[f"tf dataset + prefetch(2), {name}"] = \
-                    lambda s=ahead.__next__: images_per_second(s, batches)
+                contenders[f"client run(), {name}"] = rate(remote[name].run)
+                contenders[f"tf dataset, {name}"] = rate(plain.__next__)
+                contenders[f"tf dataset + prefetch(2), {name}"] = rate(ahead.__next__)
             results = interleaved(contenders, runs)
             for stream in remote.values():
                 stream.close()
