@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 if os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1":
@@ -27,8 +28,9 @@ if os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1":
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # after the opt-out: missing, this module fails
 
-from conveyor import Client, errors, fn, pipeline_def, types
+from conveyor import Client, TensorList, errors, fn, pipeline_def, types
 from conveyor.tf import ConveyorDataset
+from conveyor.tf.tensors import signature_of, value_of
 from conveyor_server.demo.run import rotate_pipeline
 from tests.test_resume import reference
 from tests.test_service import Start
@@ -52,7 +54,8 @@ def samples(value: Any) -> list[Any]:
     """A batch's samples as numpy arrays (a ragged sample made dense: padding, if any,
     would change its shape and bytes)."""
     if isinstance(value, tf.RaggedTensor):
-        return [row.to_tensor().numpy() for row in value]
+        return [(row.to_tensor() if isinstance(row, tf.RaggedTensor) else row).numpy()
+                for row in value]
     return list(value.numpy())
 
 
@@ -170,6 +173,35 @@ def test_signatures_that_do_not_fit_the_stream_are_refused(start_server: Start,
     with pytest.raises(errors.InvalidArgument, match=r"output_signature\[1\]"):
         ConveyorDataset(server.address, "tf-dense", spec, output_signature=(dense[0], 3),
                         client_options=OPTIONS)
+
+
+def test_outputs_whose_samples_differ_are_ragged_in_those_dimensions() -> None:
+    rng = np.random.default_rng(3)
+    cases = [  # sample shapes -> the spec read from them
+        ([(2,), (3,), (0,)], [None, None], 1),
+        ([(2, 4, 3), (2, 5, 3)], [None, None, None, 3], 2),
+        ([(4, 2), (1, 2), (2, 2)], [None, None, 2], 1),
+    ]
+    for shapes, spec_shape, ragged_rank in cases:
+        out = TensorList([rng.integers(0, 255, s).astype(np.uint8) for s in shapes])
+        (spec,) = signature_of([out])
+        assert isinstance(spec, tf.RaggedTensorSpec) and spec.dtype == tf.uint8
+        assert spec.shape.as_list() == spec_shape and spec.ragged_rank == ragged_rank
+        for splits in (tf.int64, tf.int32):
+            given = tf.RaggedTensorSpec(spec.shape, tf.uint8, ragged_rank,
+                                        row_splits_dtype=splits)
+            value = value_of(out, given, "output 0")
+            assert value.row_splits.dtype == splits
+            assert element_bytes((value,)) == [[(str(s.dtype), s.shape, s.tobytes())
+                                                for s in out]]
+    dense = TensorList([np.ones((2, 3), np.float16)] * 4)
+    assert signature_of([dense]) == (tf.TensorSpec([None, 2, 3], tf.float16),)
+    with pytest.raises(errors.InvalidArgument, match=r"output 0 has shape \(4, 2, 3\), its "
+                       r"signature says \(None, 2, 2\)"):
+        value_of(dense, tf.TensorSpec([None, 2, 2], tf.float16), "output 0")
+    with pytest.raises(errors.InvalidArgument, match="output 0 is float16, its signature "
+                       "says float32"):
+        value_of(dense, tf.TensorSpec([None, 2, 3], tf.float32), "output 0")
 
 
 def test_rank_and_world_size_reach_client_open_when_given(start_server: Start,

@@ -78,7 +78,8 @@ def _ragged(out: TensorList, spec: Any, position: str) -> Any:
     if not samples:  # (no stream sends one; a batch needs a good sample)
         flat = np.zeros([d or 0 for d in spec.shape[1 + rank:]], dtype=out.dtype)
         return tf.RaggedTensor.from_nested_row_lengths(
-            flat[np.newaxis][:0], [np.zeros(0, np.int64)] * rank, validate=False)
+            flat[np.newaxis][:0], [np.zeros(0, spec.row_splits_dtype.as_numpy_dtype)] * rank,
+            validate=False)
     inner = samples[0].shape[rank:]  # the uniform dimensions: the same in every sample
     for sample in samples:
         if sample.ndim != spec.shape.rank - 1 or sample.shape[rank:] != inner or \
@@ -87,8 +88,9 @@ def _ragged(out: TensorList, spec: Any, position: str) -> Any:
                                   f"signature says {spec.shape} (dimensions after the "
                                   f"first {rank} the same in every sample)")
     # Level k's row lengths: dimension k of each sample, once per row of level k - 1.
+    index = spec.row_splits_dtype.as_numpy_dtype
     lengths = [np.concatenate([np.full(int(np.prod(s.shape[:level])), s.shape[level],
-                                       dtype=np.int64) for s in samples])
+                                       dtype=index) for s in samples])
                for level in range(rank)]
     flat = np.concatenate([s.reshape(-1, *inner) for s in samples])
     return tf.RaggedTensor.from_nested_row_lengths(flat, lengths, validate=False)
