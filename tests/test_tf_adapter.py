@@ -177,7 +177,8 @@ def test_signatures_that_do_not_fit_the_stream_are_refused(start_server: Start,
 
 def test_outputs_whose_samples_differ_are_ragged_in_those_dimensions() -> None:
     rng = np.random.default_rng(3)
-    cases = [  # sample shapes -> the spec read from them
+    cases: list[tuple[list[tuple[int, ...]], list[int | None], int]] = [
+        # sample shapes -> the spec read from them
         ([(2,), (3,), (0,)], [None, None], 1),
         ([(2, 4, 3), (2, 5, 3)], [None, None, None, 3], 2),
         ([(4, 2), (1, 2), (2, 2)], [None, None, 2], 1),
