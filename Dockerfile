@@ -3,6 +3,8 @@
 #
 #   docker build --target cpu -t conveyor-server:0.1.0-cpu .   # python:3.11-slim, CPU engine
 #   docker build --target gpu -t conveyor-server:0.1.0-gpu .   # CUDA 12 runtime + the [gpu] extra
+#   docker build --target gpu --build-arg CUDA_MAJOR=13 -t conveyor-server:0.1.0-gpu-cu13 .
+#                                                      # CUDA 13 runtime + the [gpu-cu13] extra
 #
 # Without --target the last stage, cpu, is built. Both run as UID 10001, read their
 # configuration from /etc/conveyor/server.yaml (deploy/base/server.yaml is baked in there;
@@ -10,7 +12,11 @@
 # Every config key can be overridden by an environment variable CONVEYOR_<PATH>.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+# The gpu target's CUDA major version: 12 (the default) or 13. It picks the base image below
+# and, through it, the server's extra with the matching CuPy, nvImageCodec and nvJPEG.
+ARG CUDA_MAJOR=12
+ARG CUDA12_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+ARG CUDA13_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 # Must equal the version in client/ and server/pyproject.toml (a test checks it).
 ARG CONVEYOR_VERSION=0.1.0
 
@@ -26,9 +32,20 @@ COPY client/ client/
 COPY server/ server/
 RUN pip wheel --no-deps --wheel-dir /wheels ./client ./server
 
+# ---- the CUDA bases of the gpu target, one per CUDA major version, each naming the server's
+# extra built for it. Only the one CUDA_MAJOR names is built (and pulled).
+FROM ${CUDA12_IMAGE} AS cuda12
+ENV CONVEYOR_GPU_EXTRA=gpu
+
+FROM ${CUDA13_IMAGE} AS cuda13
+ENV CONVEYOR_GPU_EXTRA=gpu-cu13
+
 # ---- gpu: NVIDIA's CUDA runtime image (Ubuntu 24.04 ships Python 3.12; Conveyor needs
-# 3.11+) with CuPy and nvImageCodec from the server's [gpu] extra.
-FROM ${CUDA_IMAGE} AS gpu
+# 3.11+) with CuPy, nvImageCodec and nvJPEG from the server's [gpu] or [gpu-cu13] extra.
+# Its base is one of the two stages above (tagged there); hadolint does not resolve the
+# stage name through the ARG.
+# hadolint ignore=DL3006
+FROM cuda${CUDA_MAJOR} AS gpu
 ARG CONVEYOR_VERSION
 # The CUDA tag fixes the Ubuntu release; apt version pins would break the build whenever
 # Ubuntu supersedes a package with a security update, so the packages are left unpinned.
@@ -46,12 +63,13 @@ ENV PATH=/opt/conveyor/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CUPY_CACHE_DIR=/tmp/cupy-kernel-cache GRPC_VERBOSITY=ERROR
-# Not in server/constraints.txt: the [gpu] extra (cupy-cuda12x, nvidia-nvimgcodec-cu12) and
-# this stage's CUDA libraries; those are pinned by the GPU issue's work.
+# Not in server/constraints.txt: the GPU extras (CuPy, nvImageCodec, nvJPEG, NVML's bindings)
+# and this stage's CUDA libraries. A checkpoint of a GPU pipeline records their versions
+# (the engine identity's GPU path) and restores only where they are the same.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
     pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
-        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[gpu]"
+        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[${CONVEYOR_GPU_EXTRA}]"
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp

@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
 (set PIP_INDEX_URL for a mirror; details in $(LOG)), then run make again" >&2; exit 1
 
-.PHONY: test demo bench proto clean
+.PHONY: test demo bench bench-resnet50 proto clean
 
 $(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -34,8 +34,26 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
+# The ResNet-50 benchmark against NVIDIA DALI on the CPU. DALI is not a dependency of
+# Conveyor: it goes into a venv of its own (~424 MB; its CPU pipeline needs no GPU or driver),
+# beside Conveyor installed as .venv has it. Without it, bench.resnet50 says DALI is absent.
+BENCH_VENV ?= .bench-venv
+DALI := nvidia-dali-cuda120==2.4.0
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	@echo "installing Conveyor and $(DALI) into $(BENCH_VENV) (log: $(BENCH_VENV)/install.log) ..."
+	@$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -c server/constraints.txt \
+		-e ./client -e ./server '$(DALI)' > $(BENCH_VENV)/install.log 2>&1 || { \
+		echo "make: could not install $(DALI) into $(BENCH_VENV) (details in $(BENCH_VENV)/install.log)" >&2; exit 1; }
+	@touch $(BENCH_STAMP)
+
+bench-resnet50: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.resnet50 $(BENCH_ARGS)
+
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-out
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out

@@ -107,6 +107,15 @@ def timed(step: Callable[[], object], batches: int, batch: int, warmup: int = 2)
     return batches * batch / (time.perf_counter() - start)
 
 
+def process_cpu_s(pid: int | None = None) -> float:
+    """User + system CPU seconds so far of process ``pid`` (this one when None), all its
+    threads: CPU per item moves less than items/s when other work shares the cores."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def interleaved(contenders: dict[str, Callable[[], T]], runs: int) -> dict[str, list[T]]:
     """Run each contender ``runs`` times, alternating (A B C, C B A, ...); each call is one
     measurement."""

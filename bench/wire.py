@@ -16,6 +16,7 @@ Run: python -m bench.wire [--quick] [--runs N]
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +26,16 @@ from typing import Any
 import numpy as np
 
 import conveyor
-from bench._shared import Server, interleaved, machine, median, parse_args, spread, table
+from bench._shared import (
+    Server,
+    interleaved,
+    machine,
+    median,
+    parse_args,
+    process_cpu_s,
+    spread,
+    table,
+)
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
 
@@ -58,13 +68,21 @@ def spec_for(root: Path, dtype: Any) -> Any:
     return wire()
 
 
-def images_per_second(step: Callable[[], object], batches: int) -> float:
+def images_per_second(step: Callable[[], object], batches: int,
+                      server_pid: int | None = None) -> tuple[float, float]:
+    """(images/s, CPU ms per image of this process and the server's, if any)."""
+    def cpu() -> float:
+        return process_cpu_s() + (process_cpu_s(server_pid) if server_pid else 0.0)
+
     step()
     step()
+    used = cpu()
     start = time.perf_counter()
     for _ in range(batches):
         step()
-    return batches * BATCH / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    images = batches * BATCH
+    return images / wall, (cpu() - used) / images * 1e3
 
 
 def main() -> None:
@@ -89,28 +107,35 @@ def main() -> None:
                 batch = torch.from_numpy(remote["uint8"].run()[0].as_array())
                 crop_mirror_normalize(batch, mean=MEAN, std=STD, dtype=torch.float16)
 
-            def rate(step: Callable[[], object]) -> Callable[[], float]:
-                return lambda: images_per_second(step, batches)
+            def rate(step: Callable[[], object],
+                     pid: int | None = None) -> Callable[[], tuple[float, float]]:
+                return lambda: images_per_second(step, batches, pid)
 
-            contenders: dict[str, Callable[[], float]] = {}
+            contenders: dict[str, Callable[[], tuple[float, float]]] = {}
             for name in FORMATS:
                 contenders[f"in process, {name}"] = rate(local[name].run)
-                contenders[f"gRPC stream, {name}"] = rate(remote[name].run)
-            contenders["gRPC stream, uint8 + trainer-side float16"] = rate(trainer_normalised)
+                contenders[f"gRPC stream, {name}"] = rate(remote[name].run, server.pid)
+            contenders["gRPC stream, uint8 + trainer-side float16"] = rate(trainer_normalised,
+                                                                           server.pid)
             results = interleaved(contenders, runs)
             for stream in remote.values():
                 stream.close()
         for engine in local.values():
             engine.close()
     rows = []
-    for name, values in results.items():
+    for name, measures in results.items():
         fmt = name.split(", ", 1)[1].split(" ")[0]
+        values, cpu = [m[0] for m in measures], [m[1] for m in measures]
         rows.append((name, f"{median(values):,.0f}", spread(values, "{:,.0f}"),
-                     f"{sizes[fmt]:,}"))
-    table(rows, ("224x224 images, batches of 64", "images/s", "spread", "bytes/image"))
-    fp16 = median(results["gRPC stream, float16"])
+                     f"{median(cpu):.3f}", f"{sizes[fmt]:,}"))
+    table(rows, ("224x224 images, batches of 64", "images/s", "spread", "CPU ms/image",
+                 "bytes/image"))
+    fp16 = median([m[0] for m in results["gRPC stream, float16"]])
+    fp16_cpu = median([m[1] for m in results["gRPC stream, float16"]])
     print(f"float16 over gRPC: {fp16:,.0f} images/s per trainer stream, "
-          f"{fp16 / TARGET:.2f} x the target of {TARGET:,}")
+          f"{fp16 / TARGET:.2f} x the target of {TARGET:,}; server and trainer together "
+          f"used {fp16_cpu:.3f} ms of CPU per image, so {os.cpu_count()} idle cores bound "
+          f"the stream at {(os.cpu_count() or 1) * 1e3 / fp16_cpu:,.0f} images/s")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ Batch = tuple[TensorList, ...]
 
 
 def batch_bytes(batch: Batch) -> list[list[tuple[str, tuple[int, ...], bytes]]]:
-    """Every sample of every output as (dtype, shape, bytes): equal means byte-identical."""
-    return [[(str(s.dtype), s.shape, np.ascontiguousarray(s).tobytes()) for s in out]
+    """Every sample of every output as (dtype, shape, bytes): equal means byte-identical.
+    Device samples (CuPy arrays) are copied to the host first."""
+    return [[(str(s.dtype), s.shape,
+              np.ascontiguousarray(s.get() if hasattr(s, "get") else s).tobytes()) for s in out]
             for out in batch]
 
 

@@ -45,7 +45,7 @@ K8S_VERSION = "1.32.0"
 SERVICE = "conveyor.v1.Conveyor"
 # The server configuration's keys (deploy/base/server.yaml); None marks a leaf.
 CONFIG_KEYS: dict[str, Any] = {
-    "listen": None, "advertise": None, "data_roots": None,
+    "listen": None, "advertise": None, "data_roots": None, "external_sources": None,
     "redis": {"url": None, "mode": None, "sentinels": None, "master_name": None,
               "tls": {"ca_file": None, "cert_file": None, "key_file": None},
               "timeout_s": None, "min_replicas": None, "lease_s": None,
@@ -162,9 +162,22 @@ def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
 
 def test_dockerfile_structure() -> None:
     stages = dockerfile_stages()
-    assert list(stages) == ["", "builder", "gpu", "cpu"], "cpu must be the last (default) stage"
+    assert list(stages) == ["", "builder", "cuda12", "cuda13", "gpu", "cpu"], \
+        "cpu must be the last (default) stage"
     args = dict(rest.split("=", 1) for kw, rest in stages[""] if kw == "ARG")
-    assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu24\.04", args["CUDA_IMAGE"])
+    extras = tomllib.loads((ROOT / "server" / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert args["CUDA_MAJOR"] == "12"
+    for major, extra in (("12", "gpu"), ("13", "gpu-cu13")):
+        assert re.fullmatch(rf"nvidia/cuda:{major}\.\d+\.\d+-runtime-ubuntu24\.04",
+                            args[f"CUDA{major}_IMAGE"])
+        base = stages[f"cuda{major}"]
+        assert base[0] == ("FROM", f"${{CUDA{major}_IMAGE}} AS cuda{major}")
+        assert ("ENV", f"CONVEYOR_GPU_EXTRA={extra}") in base
+        cupy = f"cupy-cuda{major}x"
+        assert any(d.startswith(cupy) for d in extras[extra]), (extra, extras[extra])
+        assert any(d.startswith(f"nvidia-nvimgcodec-cu{major}[nvjpeg]") for d in extras[extra])
+    assert stages["gpu"][0] == ("FROM", "cuda${CUDA_MAJOR} AS gpu")
     assert args["PYTHON_IMAGE"].startswith("python:3.11-slim")
     for dist in ("client", "server"):
         meta = tomllib.loads((ROOT / dist / "pyproject.toml").read_text())
@@ -176,7 +189,7 @@ def test_dockerfile_structure() -> None:
         last = dict(body)
         runs = " ".join(rest for kw, rest in body if kw == "RUN")
         assert "from=builder" in runs and "pip install" in runs, name
-        assert ("[gpu]" in runs) == (name == "gpu"), name
+        assert ("[${CONVEYOR_GPU_EXTRA}]" in runs) == (name == "gpu"), name
         assert re.fullmatch(r"\d+:\d+", last["USER"]), f"{name}: USER must be numeric"
         assert json.loads(last["ENTRYPOINT"]) == ["conveyor-server"], name
         assert json.loads(last["CMD"]) == ["--config", "/etc/conveyor/server.yaml"], name

@@ -103,6 +103,19 @@ def test_constants_are_the_digits_they_claim() -> None:
     assert abs(Fraction(kr._LN2_HI) + Fraction(kr._LN2_LO) - kr._LN2) < Fraction(1, 2**85)
 
 
+def test_draws_of_one_index_in_one_pass_are_each_draw_s_uniform01() -> None:
+    rng = np.random.default_rng(5)
+    keys = [(0, 0, 0), (12, 3, 1), (2**64 - 1, 2**63 + 5, 2**64 - 1), (7, 1, 2**40 + 3)]
+    keys += [(int(s), int(o), int(i)) for s, o, i in rng.integers(0, 2**63, (20, 3))]
+    for seed, stream, index in keys:
+        got = kr.uniform01_draws(seed, stream, index, 22)
+        one_by_one = [kr.uniform01(seed, stream, np.array([index], np.uint64), d)[0]
+                      for d in range(22)]
+        assert got.dtype == np.float64 and got.shape == (22,)
+        assert got.tobytes() == np.array(one_by_one).tobytes(), (seed, stream, index)
+    assert kr.uniform01_draws(1, 2, 3, 0).shape == (0,)
+
+
 def test_normal_draws_have_mean_zero_and_unit_variance() -> None:
     z = kr.normal(5, 9, np.arange(100_000, dtype=np.uint64), draw=1)
     assert np.all(np.isfinite(z))

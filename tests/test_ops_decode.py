@@ -14,7 +14,8 @@ from PIL import Image
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.ops import decode, jpeg_fast
-from tests.op_helpers import build, gradient, mean_abs_diff, noise, pil_bytes, run
+from conveyor_server.engine.ops.registry import BATCH, builder_for
+from tests.op_helpers import build, gradient, mean_abs_diff, noise, op_context, pil_bytes, run
 
 # -- decoders.image ----------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ def test_decode_is_consistent_across_threads() -> None:
 @pytest.mark.parametrize("device", ["mixed", "gpu"], ids=["on_mixed", "on_gpu"])
 def test_decode_on_a_gpu_device_without_cuda_is_unavailable(device: str) -> None:
     with pytest.raises(DeviceUnavailable, match=f"device='{device}' needs a CUDA device"):
-        build("decoders.image", device=device)
+        builder_for("decoders.image", BATCH, device)(op_context("decoders.image", device=device))
 
 
 def test_decoder_id_names_the_library() -> None:

@@ -16,8 +16,10 @@ from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import NO_LIMITS
 from conveyor_server.engine.readers.build import build_reader
 from conveyor_server.engine.stages import SourceStage
+from conveyor_server.engine.stages.external_source import ExternalSourceStage, SourceSample
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
+from tests import external_sources
 from tests.lmdb_data import make_caffe, make_caffe2
 from tests.reader_data import make_npy_folder, make_shards
 
@@ -78,6 +80,15 @@ def rand(op: str, **kw: object) -> Callable[[], SourceStage]:
     return lambda: RandomStage(op, 2, args, batch_size=B, seed=12)
 
 
+def source(name: str) -> Callable[[], SourceStage]:
+    """An external source over ``tests/external_sources.py``: epochs of varying length."""
+    args = {"batch": name != "samples", "batch_info": name == "batches",
+            "num_outputs": 2 if name == "samples" else 0, "dtype": None, "ndim": None,
+            "layout": None}
+    return lambda: ExternalSourceStage(1, f"tests.external_sources:{name}",
+                                       getattr(external_sources, name), args, batch_size=B)
+
+
 STAGES = {
     "plain": reader(),
     "shuffle": reader(random_shuffle=True),
@@ -109,11 +120,22 @@ STAGES = {
     "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
     "normal": rand("random.normal"),
     "coin_flip": rand("random.coin_flip"),
+    "external_source_samples": source("samples"),
+    "external_source_batch_info": source("batches"),
+    "external_source_iterations": source("iterations"),
 }
 
 
+def _arrays(value: object) -> list[np.ndarray]:
+    if isinstance(value, SourceSample):  # an external source's sample: its outputs
+        return [np.asarray(v) for v in value.get()]
+    return [np.asarray(value)]
+
+
 def values_equal(a: list, b: list) -> bool:
-    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True))
+    return all(len(xs) == len(ys) and all(np.array_equal(x, y) and x.dtype == y.dtype
+                                          for x, y in zip(xs, ys, strict=True))
+               for xs, ys in zip(map(_arrays, a), map(_arrays, b), strict=True))
 
 
 @pytest.mark.parametrize("name", sorted(STAGES))

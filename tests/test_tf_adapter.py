@@ -9,7 +9,6 @@ module fails. ``CONVEYOR_SKIP_TENSORFLOW_TESTS=1`` skips it, saying so in the su
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import os
@@ -28,7 +27,7 @@ if os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1":
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # after the opt-out: missing, this module fails
 
-from conveyor import Client, TensorList, errors, fn, pipeline_def, types
+from conveyor import TensorList, errors, fn, pipeline_def, types
 from conveyor.tf import ConveyorDataset
 from conveyor.tf.tensors import signature_of, value_of
 from conveyor_server.demo.run import rotate_pipeline
@@ -205,15 +204,27 @@ def test_outputs_whose_samples_differ_are_ragged_in_those_dimensions() -> None:
         value_of(dense, tf.TensorSpec([None, 2, 3], tf.float32), "output 0")
 
 
-def test_rank_and_world_size_reach_client_open_when_given(start_server: Start,
-                                                          image_root: Path) -> None:
+def test_the_ranks_of_a_job_take_their_shares_and_resume_from_a_checkpoint(
+        start_server: Start, image_root: Path, tmp_path: Path) -> None:
+    a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
-    if "rank" not in inspect.signature(Client.open).parameters:  # not yet: refused clearly
-        with pytest.raises(errors.InvalidArgument, match="rank and world_size: this client"):
-            ConveyorDataset("127.0.0.1:1", "ranked", spec, rank=0, world_size=2)
-        return
-    server = start_server()  # one rank of one is the whole stream
-    dataset = ConveyorDataset(server.address, "ranked", spec, rank=0, world_size=1,
-                              client_options=OPTIONS)
-    assert [element_bytes(e) for e in itertools.islice(dataset, 2)] == reference(spec, 2)
-    dataset.close()
+    expected = reference(spec, 8)  # the one-rank sequence: step s is batches 2s and 2s + 1
+    ranks = [ConveyorDataset([a.address, b.address][r:] + [a.address, b.address][:r], "job",
+                             spec, run_id="j", rank=r, world_size=2, client_options=OPTIONS)
+             for r in range(2)]
+    iterators = [iter(d.prefetch(2)) for d in ranks]
+    got = [[element_bytes(next(it)) for it in iterators] for _ in range(2)]
+    assert got == [[expected[0], expected[1]], [expected[2], expected[3]]]
+    saved = [tf.train.Checkpoint(data=it).save(str(tmp_path / f"rank{r}" / "ckpt"))
+             for r, it in enumerate(iterators)]  # both at step 2
+    for dataset in ranks:
+        dataset.close()
+
+    again = [ConveyorDataset([a.address, b.address], "job", spec, run_id="j", rank=r,
+                             world_size=2, client_options=OPTIONS) for r in range(2)]
+    restored = [iter(d.prefetch(2)) for d in again]
+    for it, path in zip(restored, saved, strict=True):
+        tf.train.Checkpoint(data=it).restore(path).assert_consumed()
+    assert [element_bytes(next(it)) for it in restored] == [expected[4], expected[5]]
+    for dataset in again:
+        dataset.close()

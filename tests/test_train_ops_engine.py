@@ -34,7 +34,10 @@ def train_ops(root: str, **options: Any) -> Any:
                              brightness=1.1, dtype=types.FLOAT)
         centre = fn.decoders.image_crop(jpegs, crop=(16, 16),
                                         crop_pos_x=fn.random.uniform(range=(0.0, 1.0)))
-        return window, rrc, centre, labels
+        sliced = fn.decoders.image_slice(jpegs, fn.random.uniform(range=(0.0, 0.5), shape=(2,)),
+                                         fn.random.uniform(range=(0.2, 0.5), shape=(2,)),
+                                         output_type=types.BGR)
+        return window, rrc, centre, labels, sliced
 
     return pipeline()
 

@@ -51,6 +51,10 @@ def _describe(info: service_pb2.PipelineInfo) -> None:
     print(f"fingerprint:   {info.fingerprint}")
     if info.run_id:
         print(f"run:           {info.run_id}")
+    if info.job.job:
+        print(f"job:           {info.job.job}: rank {info.job.rank} of {info.job.world_size} "
+              f"(generation {info.job.generation}), from step {info.job.step} at global "
+              f"batch {info.job.global_batches}")
     if info.holder and info.spec.batch_size:
         print(f"batch size:    {info.spec.batch_size}  seed: {info.spec.seed}  "
               f"checkpointing: {'on' if info.spec.enable_checkpointing else 'off'}")

@@ -117,32 +117,44 @@ class Client:
     # -- pipelines -------------------------------------------------------------------
 
     def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
-               keep_checkpoints: int = 0, run_id: str = "") -> RemotePipeline:
+               keep_checkpoints: int = 0, run_id: str = "",
+               job: service_pb2.JobShare | None = None) -> RemotePipeline:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
-        that consumes it, recorded with it and its checkpoints (see ``open``)."""
+        that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
+        data-parallel job's rank, as ``open`` makes it."""
         reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
-            name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id))
+            name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id, job=job))
         return RemotePipeline(self, reply.pipeline, via=self._preferred)
 
     def open(self, name: str, spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
-             consumed: int | None = None, keep_checkpoints: int = 0) -> RemotePipeline:
+             rank: int = 0, world_size: int = 1, consumed: int | None = None,
+             keep_checkpoints: int = 0) -> RemotePipeline:
         """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
         the same ``run_id`` (or None) goes on where the run stood, at its newest
         checkpoint or after ``consumed`` batches; another ``run_id`` starts a fresh stream
-        from batch 0 with the same spec. See ``opening.py``."""
+        from batch 0 with the same spec. See ``opening.py``.
+
+        ``rank`` / ``world_size``: this trainer's share of a data-parallel job named
+        ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
+        one-rank sequence; a job goes on with any world size from the latest step all its
+        ranks checkpointed (or from ``consumed``, the trainer's own step). See
+        ``job_opening.py``."""
         return open_pipeline(self, name, spec, run_id=run_id, consumed=consumed,
-                             keep_checkpoints=keep_checkpoints)
+                             keep_checkpoints=keep_checkpoints, rank=rank,
+                             world_size=world_size)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: pipeline_pb2.PipelineSpec | None = None,
                 keep_checkpoints: int = 0, consumed: int | None = None,
-                via: str | None = None, run_id: str | None = None) -> RemotePipeline:
+                via: str | None = None, run_id: str | None = None,
+                job: service_pb2.JobShare | None = None) -> RemotePipeline:
         """Host ``name`` on this server from ``checkpoint``. ``consumed``: the batches this
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
         after it): the stream then starts after them, so none is received twice.
         ``via``: the server to host it on (by default the first that answers).
-        ``run_id``: the run it belongs to from now on (by default the checkpoint's)."""
+        ``run_id``: the run it belongs to from now on (by default the checkpoint's).
+        ``job``: a data-parallel job's rank starting at the share's step (``open``)."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
         if isinstance(checkpoint, Checkpoint):
             request.checkpoint_id = checkpoint.id
@@ -156,6 +168,8 @@ class Client:
             request.consumed = consumed  # checked by the server before it takes the name
         if run_id is not None:
             request.run_id = run_id
+        if job is not None:
+            request.job.CopyFrom(job)
         reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
         return RemotePipeline(self, reply.pipeline, consumed=consumed,

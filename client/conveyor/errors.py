@@ -23,7 +23,8 @@ names the new holder.
     ├── Aborted                ABORTED              TAKEN_OVER: a newer consumer
     ├── DataLoss               DATA_LOSS            DATA_LOSS
     │   ├── CorruptCheckpoint    checksum, truncation, decoding  CORRUPT_CHECKPOINT
-    │   └── DataFileError        an unreadable data file         DATA_FILE
+    │   ├── DataFileError        an unreadable data file         DATA_FILE
+    │   └── ExternalSourceError  an external source raised       EXTERNAL_SOURCE (source)
     ├── Unavailable            UNAVAILABLE          UNAVAILABLE
     │   └── Draining             the server is shutting down     DRAINING (checkpoint_id,
     │                                                                      checkpoint_batches)
@@ -141,6 +142,13 @@ class DataFileError(DataLoss):
     """A data file could not be read or decoded; the message names the file."""
 
     reason = "DATA_FILE"
+
+
+class ExternalSourceError(DataLoss):
+    """An external source raised (anything but ``StopIteration``) or returned what cannot be
+    a batch; the message and ``metadata["source"]`` name it."""
+
+    reason = "EXTERNAL_SOURCE"
 
 
 class Unavailable(ConveyorError):

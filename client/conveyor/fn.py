@@ -10,6 +10,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from conveyor import external_source as sources
 from conveyor.errors import SpecError
 from conveyor.pipeline_def import DataNode, current_builder
 from conveyor.schema import SCHEMAS, encode_arg, num_outputs, schema_of
@@ -76,3 +77,32 @@ random_resized_crop = _make_op("random_resized_crop")
 brightness_contrast = _make_op("brightness_contrast")
 hsv = _make_op("hsv")
 color_twist = _make_op("color_twist")
+
+
+_external_source = _make_op("external_source")
+
+
+def external_source(source: Any = None, num_outputs: int | None = None, **kwargs: Any) -> Any:
+    """DALI's ``fn.external_source`` for a checkpointable source: ``source`` is a callable
+    taking ``SampleInfo`` (``batch=False``) or ``BatchInfo`` / the iteration (``batch=True``),
+    or its ``"module:function"`` name. A spec carries the name only: a server calls the
+    callables its configuration lists; an in-process ``Pipeline`` calls the callable given
+    here. With ``num_outputs`` the callable returns a tuple and so does this."""
+    if source is None:
+        raise SpecError("external_source", "source", "is required: a callable taking "
+                        "SampleInfo or BatchInfo, or its 'module:function' name")
+    if "cycle" in kwargs:
+        raise SpecError("external_source", "cycle", "applies to iterables, which cannot be "
+                        "checkpointed: give a callable that raises StopIteration instead")
+    if isinstance(kwargs.get("ndim"), int) and not isinstance(kwargs["ndim"], bool):
+        kwargs["ndim"] = [kwargs["ndim"]]  # one for every output, as dtype and layout
+    if callable(source):  # in process it may be any callable (a lambda, a closure)
+        name = sources.remember(source)
+    else:
+        name = source
+        if isinstance(name, str):
+            sources.check_name(name)
+    out = _external_source(source=name, num_outputs=num_outputs or 0, **kwargs)
+    if num_outputs:
+        return out if isinstance(out, tuple) else (out,)
+    return out

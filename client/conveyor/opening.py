@@ -13,6 +13,10 @@ Determined's two continuations:
   from batch 0 with the same spec; the old run's checkpoints are kept.
 
 ``run_id=None`` means "whichever run holds the name": the same-run case.
+
+With ``world_size`` > 1 the name is a data-parallel job's and ``rank`` one of its ranks
+(``job_opening.py``); a one-rank open goes on with the job of that name if there is one
+(a job resized to one rank), else it is the plain pipeline described here.
 A spec other than the pipeline's is refused (SPEC_MISMATCH) in both cases: a different
 pipeline needs another name.
 """
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from conveyor import errors
 from conveyor import spec as specs
+from conveyor.job_opening import check_share, join, open_rank
 from conveyor.v1 import pipeline_pb2, service_pb2
 
 if TYPE_CHECKING:
@@ -33,7 +38,19 @@ if TYPE_CHECKING:
 
 def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
                   run_id: str | None, consumed: int | None,
-                  keep_checkpoints: int) -> RemotePipeline:
+                  keep_checkpoints: int, rank: int = 0, world_size: int = 1) -> RemotePipeline:
+    check_share(rank, world_size)
+    try:
+        start = join(client, name, spec, run_id=run_id, world_size=world_size,
+                     consumed=consumed, existing_only=world_size == 1)
+    except errors.NotFound:
+        pass  # no job of that name: one rank is a plain pipeline
+    except errors.ConveyorError as exc:
+        if world_size > 1 or getattr(exc, "code", "") != "UNIMPLEMENTED":
+            raise  # (a server from before jobs has none: one rank is a plain pipeline)
+    else:
+        return open_rank(client, name, spec, start, rank=rank,
+                         keep_checkpoints=keep_checkpoints)
     try:
         return client.create(name, spec, keep_checkpoints=keep_checkpoints,
                              run_id=run_id or "")
@@ -48,7 +65,7 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
             "needs another name", pipeline=name)
     if run_id is None or run_id == info.run_id:
         return _go_on(client, name, info.run_id, consumed, keep_checkpoints)
-    _free(client, name, info.holder)
+    free_name(client, name, info.holder)
     try:
         return client.create(name, spec, keep_checkpoints=keep_checkpoints, run_id=run_id)
     except errors.AlreadyExists:
@@ -75,7 +92,7 @@ def _newest(c: service_pb2.CheckpointInfo) -> tuple[int, int]:
     return c.batches, c.created_unix_ms
 
 
-def _free(client: Client, name: str, holder: str) -> None:
+def free_name(client: Client, name: str, holder: str) -> None:
     """Release ``name`` for a new run, keeping the old run's checkpoints: on its holder,
     or on any server when the holder is gone (fencing it, were it only unreachable)."""
     request = service_pb2.DeletePipelineRequest(name=name, keep_checkpoints=True)

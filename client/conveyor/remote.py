@@ -130,6 +130,8 @@ class RemotePipeline:
         not a reason to move or no server can take it."""
         holder = exc.metadata.get("holder", "")
         if isinstance(exc, errors.FailedPrecondition) and holder and holder != self.via:
+            if not self._same_job_generation(holder):
+                return False  # a job's rank whose job went on without it: it stays fenced
             self._moved(holder, f"held there now ({exc.message})")  # follow the holder
             return True
         if not isinstance(exc, errors.Unavailable):
@@ -146,6 +148,19 @@ class RemotePipeline:
             self._moved(address, exc.message)
             return True
         return False
+
+    def _same_job_generation(self, holder: str) -> bool:
+        """Whether the pipeline at ``holder`` is still this object's: always, unless it is
+        a job's rank, whose pipeline a newer generation of the job (another world size, a
+        restart) took over: that one is not this trainer's to follow."""
+        mine = self.info.job
+        if not mine.job:
+            return True
+        try:
+            now = self.client.pipeline(self.name, via=holder).job
+        except errors.ConveyorError:
+            return False
+        return now.generation == mine.generation
 
     def _moved(self, address: str, why: str) -> None:
         log.warning("conveyor: pipeline %s moved from %s to %s at batch %d: %s", self.name,

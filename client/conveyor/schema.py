@@ -4,11 +4,13 @@ Shared by the definition API (which validates as you write the pipeline) and the
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
 ``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
 is made of is in ``schema_args``; the readers' schemas (numpy, webdataset, caffe, caffe2)
-are in ``reader_schemas`` and the colour operators' in ``color_schemas``.
+are in ``reader_schemas``, the colour operators' in ``color_schemas``, and
+``external_source``'s and ``decoders.image_slice``'s in ``source_schemas``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from enum import Enum
 from typing import Any
@@ -17,6 +19,7 @@ from conveyor import schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
+from conveyor.source_schemas import SOURCE_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -24,6 +27,8 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
+#: The window decoders run on the CPU or, as DALI's, "mixed" (GPU output).
+DECODER_DEVICES = ("cpu", "mixed")
 # Defined in schema_args; named here too, where they have always been.
 Arg = schema_args.Arg
 OpSchema = schema_args.OpSchema
@@ -43,6 +48,9 @@ _WINDOW = {
     "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
+#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's argument and
+#: default); the rest go to the CUDA decoder. Ignored on the CPU.
+_HW_LOAD = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1)}
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
         0,
@@ -63,20 +71,23 @@ SCHEMAS: dict[str, OpSchema] = {
     "decoders.image": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_ON_ERROR, **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_HW_LOAD, **_ON_ERROR,
+         **_SEED},
         devices=DEVICES,
     ),
     "decoders.image_random_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_HW_LOAD,
+         **_ON_ERROR, **_SEED},
+        devices=DECODER_DEVICES,
     ),
     "decoders.image_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_HW_LOAD,
+         **_ON_ERROR, **_SEED},
+        devices=DECODER_DEVICES,
     ),
     "random.uniform": OpSchema(
         0,
@@ -155,6 +166,7 @@ SCHEMAS: dict[str, OpSchema] = {
         },
     ),
     **COLOR_SCHEMAS,
+    **SOURCE_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),
@@ -192,6 +204,12 @@ SCHEMAS: dict[str, OpSchema] = {
         1, ("output",), {"dtype": Arg("enum", required=True, choices=DTYPES), **_SEED}
     ),
 }
+
+#: Operators with a GPU form (``device="gpu"``: batched CUDA kernels on the server's GPU).
+GPU_OPS = ("rotate", "resize", "random_resized_crop", "crop", "flip", "crop_mirror_normalize",
+           "cast", "brightness_contrast", "hsv", "color_twist")
+for _name in GPU_OPS:
+    SCHEMAS[_name] = dataclasses.replace(SCHEMAS[_name], devices=("cpu", "gpu"))
 
 
 def schema_of(op_type: str) -> OpSchema:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from conveyor.external_source import BatchInfo, SampleInfo
+
 
 class DALIImageType(StrEnum):
     RGB = "RGB"
@@ -54,3 +56,6 @@ INTERP_NN = DALIInterpType.INTERP_NN
 INTERP_LINEAR = DALIInterpType.INTERP_LINEAR
 INTERP_CUBIC = DALIInterpType.INTERP_CUBIC
 INTERP_LANCZOS3 = DALIInterpType.INTERP_LANCZOS3
+
+#: DALI's ``types.SampleInfo`` and ``types.BatchInfo``: what an external source is given.
+INFO_TYPES = (SampleInfo, BatchInfo)

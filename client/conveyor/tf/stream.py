@@ -4,32 +4,27 @@ TensorFlow asks for batch ``i`` (``i`` counted from the pipeline's start, as
 ``RemotePipeline.consumed`` counts), not for "the next one": a fresh iterator asks from the
 dataset's start, a restored one from the position its checkpoint holds. The stream serves
 the batch it is at; asked for another, it reopens the pipeline there with ``Client.open``
-(O(1) on the server: no replay), on any server of the list.
+(O(1) on the server: no replay), on any server of the list. A data-parallel job's rank
+counts its steps the same way (``conveyor.job_opening``): batch ``i`` is its share of step
+``i``.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from conveyor.client import Client
-from conveyor.errors import InvalidArgument
 from conveyor.remote import Batch, RemotePipeline
 from conveyor.v1 import pipeline_pb2
 
 
 def parallel_arguments(rank: int | None, world_size: int | None) -> dict[str, Any]:
-    """``rank`` and ``world_size`` for ``Client.open``, only those given."""
-    given = {key: value for key, value in (("rank", rank), ("world_size", world_size))
-             if value is not None}
-    # Guard while Client.open has no data-parallel ranks: drop it once it has.
-    missing = [key for key in given if key not in inspect.signature(Client.open).parameters]
-    if missing:
-        raise InvalidArgument(f"{' and '.join(missing)}: this client's Client.open does not "
-                              "take data-parallel ranks yet")
-    return given
+    """``rank`` and ``world_size`` for ``Client.open``, only those given (the others keep
+    its defaults: rank 0 of 1)."""
+    return {key: value for key, value in (("rank", rank), ("world_size", world_size))
+            if value is not None}
 
 
 class BatchStream:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from conveyor.v1 import pipeline_pb2 as conveyor_dot_v1_dot_pipeline__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63onveyor/v1/checkpoint.proto\x12\x0b\x63onveyor.v1\x1a\x1a\x63onveyor/v1/pipeline.proto\"*\n\x0bOpBehaviour\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"\xa3\x01\n\x08\x45ngineId\x12\x0f\n\x07\x64\x65\x63oder\x18\x02 \x01(\t\x12\x0c\n\x04warp\x18\x03 \x01(\t\x12\x14\n\x0ckey_schedule\x18\x04 \x01(\r\x12\x16\n\x0eoutput_version\x18\x05 \x01(\r\x12%\n\x03ops\x18\x06 \x03(\x0b\x32\x18.conveyor.v1.OpBehaviour\x12\x0b\n\x03\x63pu\x18\x07 \x01(\tJ\x04\x08\x01\x10\x02R\x10\x63onveyor_version\"T\n\x0e\x46ileListDigest\x12\n\n\x02op\x18\x01 \x01(\r\x12\x13\n\x0breader_name\x18\x02 \x01(\t\x12\x11\n\tnum_files\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\".\n\x0bReaderState\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08position\x18\x02 \x01(\x04\"#\n\x0bRandomState\x12\x14\n\x0csample_index\x18\x01 \x01(\x04\"v\n\x07OpState\x12\n\n\x02op\x18\x01 \x01(\r\x12*\n\x06reader\x18\x02 \x01(\x0b\x32\x18.conveyor.v1.ReaderStateH\x00\x12*\n\x06random\x18\x03 \x01(\x0b\x32\x18.conveyor.v1.RandomStateH\x00\x42\x07\n\x05state\"\xf8\x01\n\x0e\x43heckpointBody\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.conveyor.v1.PipelineSpec\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\x0c\x12/\n\nfile_lists\x18\x04 \x03(\x0b\x32\x1b.conveyor.v1.FileListDigest\x12%\n\x06\x65ngine\x18\x05 \x01(\x0b\x32\x15.conveyor.v1.EngineId\x12\'\n\top_states\x18\x06 \x03(\x0b\x32\x14.conveyor.v1.OpState\x12\x0f\n\x07\x62\x61tches\x18\x07 \x01(\x04\"H\n\x10SealedCheckpoint\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63onveyor/v1/checkpoint.proto\x12\x0b\x63onveyor.v1\x1a\x1a\x63onveyor/v1/pipeline.proto\"*\n\x0bOpBehaviour\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"\xb0\x01\n\x08\x45ngineId\x12\x0f\n\x07\x64\x65\x63oder\x18\x02 \x01(\t\x12\x0c\n\x04warp\x18\x03 \x01(\t\x12\x14\n\x0ckey_schedule\x18\x04 \x01(\r\x12\x16\n\x0eoutput_version\x18\x05 \x01(\r\x12%\n\x03ops\x18\x06 \x03(\x0b\x32\x18.conveyor.v1.OpBehaviour\x12\x0b\n\x03\x63pu\x18\x07 \x01(\t\x12\x0b\n\x03gpu\x18\x08 \x01(\tJ\x04\x08\x01\x10\x02R\x10\x63onveyor_version\"T\n\x0e\x46ileListDigest\x12\n\n\x02op\x18\x01 \x01(\r\x12\x13\n\x0breader_name\x18\x02 \x01(\t\x12\x11\n\tnum_files\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\".\n\x0bReaderState\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08position\x18\x02 \x01(\x04\"#\n\x0bRandomState\x12\x14\n\x0csample_index\x18\x01 \x01(\x04\"G\n\x13\x45xternalSourceState\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\titeration\x18\x03 \x01(\x04\"\xb3\x01\n\x07OpState\x12\n\n\x02op\x18\x01 \x01(\r\x12*\n\x06reader\x18\x02 \x01(\x0b\x32\x18.conveyor.v1.ReaderStateH\x00\x12*\n\x06random\x18\x03 \x01(\x0b\x32\x18.conveyor.v1.RandomStateH\x00\x12;\n\x0f\x65xternal_source\x18\x04 \x01(\x0b\x32 .conveyor.v1.ExternalSourceStateH\x00\x42\x07\n\x05state\"h\n\x0bJobPosition\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x12\n\ngeneration\x18\x04 \x01(\x04\x12\x16\n\x0eglobal_batches\x18\x05 \x01(\x04\"\x9f\x02\n\x0e\x43heckpointBody\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.conveyor.v1.PipelineSpec\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\x0c\x12/\n\nfile_lists\x18\x04 \x03(\x0b\x32\x1b.conveyor.v1.FileListDigest\x12%\n\x06\x65ngine\x18\x05 \x01(\x0b\x32\x15.conveyor.v1.EngineId\x12\'\n\top_states\x18\x06 \x03(\x0b\x32\x14.conveyor.v1.OpState\x12\x0f\n\x07\x62\x61tches\x18\x07 \x01(\x04\x12%\n\x03job\x18\x08 \x01(\x0b\x32\x18.conveyor.v1.JobPosition\"H\n\x10SealedCheckpoint\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,17 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPBEHAVIOUR']._serialized_start=73
   _globals['_OPBEHAVIOUR']._serialized_end=115
   _globals['_ENGINEID']._serialized_start=118
-  _globals['_ENGINEID']._serialized_end=281
-  _globals['_FILELISTDIGEST']._serialized_start=283
-  _globals['_FILELISTDIGEST']._serialized_end=367
-  _globals['_READERSTATE']._serialized_start=369
-  _globals['_READERSTATE']._serialized_end=415
-  _globals['_RANDOMSTATE']._serialized_start=417
-  _globals['_RANDOMSTATE']._serialized_end=452
-  _globals['_OPSTATE']._serialized_start=454
-  _globals['_OPSTATE']._serialized_end=572
-  _globals['_CHECKPOINTBODY']._serialized_start=575
-  _globals['_CHECKPOINTBODY']._serialized_end=823
-  _globals['_SEALEDCHECKPOINT']._serialized_start=825
-  _globals['_SEALEDCHECKPOINT']._serialized_end=897
+  _globals['_ENGINEID']._serialized_end=294
+  _globals['_FILELISTDIGEST']._serialized_start=296
+  _globals['_FILELISTDIGEST']._serialized_end=380
+  _globals['_READERSTATE']._serialized_start=382
+  _globals['_READERSTATE']._serialized_end=428
+  _globals['_RANDOMSTATE']._serialized_start=430
+  _globals['_RANDOMSTATE']._serialized_end=465
+  _globals['_EXTERNALSOURCESTATE']._serialized_start=467
+  _globals['_EXTERNALSOURCESTATE']._serialized_end=538
+  _globals['_OPSTATE']._serialized_start=541
+  _globals['_OPSTATE']._serialized_end=720
+  _globals['_JOBPOSITION']._serialized_start=722
+  _globals['_JOBPOSITION']._serialized_end=826
+  _globals['_CHECKPOINTBODY']._serialized_start=829
+  _globals['_CHECKPOINTBODY']._serialized_end=1116
+  _globals['_SEALEDCHECKPOINT']._serialized_start=1118
+  _globals['_SEALEDCHECKPOINT']._serialized_end=1190
 # @@protoc_insertion_point(module_scope)

@@ -16,20 +16,22 @@ class OpBehaviour(_message.Message):
     def __init__(self, key: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class EngineId(_message.Message):
-    __slots__ = ("decoder", "warp", "key_schedule", "output_version", "ops", "cpu")
+    __slots__ = ("decoder", "warp", "key_schedule", "output_version", "ops", "cpu", "gpu")
     DECODER_FIELD_NUMBER: _ClassVar[int]
     WARP_FIELD_NUMBER: _ClassVar[int]
     KEY_SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     CPU_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
     decoder: str
     warp: str
     key_schedule: int
     output_version: int
     ops: _containers.RepeatedCompositeFieldContainer[OpBehaviour]
     cpu: str
-    def __init__(self, decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ..., output_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpBehaviour, _Mapping]]] = ..., cpu: _Optional[str] = ...) -> None: ...
+    gpu: str
+    def __init__(self, decoder: _Optional[str] = ..., warp: _Optional[str] = ..., key_schedule: _Optional[int] = ..., output_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpBehaviour, _Mapping]]] = ..., cpu: _Optional[str] = ..., gpu: _Optional[str] = ...) -> None: ...
 
 class FileListDigest(_message.Message):
     __slots__ = ("op", "reader_name", "num_files", "sha256")
@@ -57,18 +59,44 @@ class RandomState(_message.Message):
     sample_index: int
     def __init__(self, sample_index: _Optional[int] = ...) -> None: ...
 
+class ExternalSourceState(_message.Message):
+    __slots__ = ("source", "epoch", "iteration")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    epoch: int
+    iteration: int
+    def __init__(self, source: _Optional[str] = ..., epoch: _Optional[int] = ..., iteration: _Optional[int] = ...) -> None: ...
+
 class OpState(_message.Message):
-    __slots__ = ("op", "reader", "random")
+    __slots__ = ("op", "reader", "random", "external_source")
     OP_FIELD_NUMBER: _ClassVar[int]
     READER_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_SOURCE_FIELD_NUMBER: _ClassVar[int]
     op: int
     reader: ReaderState
     random: RandomState
-    def __init__(self, op: _Optional[int] = ..., reader: _Optional[_Union[ReaderState, _Mapping]] = ..., random: _Optional[_Union[RandomState, _Mapping]] = ...) -> None: ...
+    external_source: ExternalSourceState
+    def __init__(self, op: _Optional[int] = ..., reader: _Optional[_Union[ReaderState, _Mapping]] = ..., random: _Optional[_Union[RandomState, _Mapping]] = ..., external_source: _Optional[_Union[ExternalSourceState, _Mapping]] = ...) -> None: ...
+
+class JobPosition(_message.Message):
+    __slots__ = ("job", "rank", "world_size", "generation", "global_batches")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    world_size: int
+    generation: int
+    global_batches: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., generation: _Optional[int] = ..., global_batches: _Optional[int] = ...) -> None: ...
 
 class CheckpointBody(_message.Message):
-    __slots__ = ("format_version", "spec", "fingerprint", "file_lists", "engine", "op_states", "batches")
+    __slots__ = ("format_version", "spec", "fingerprint", "file_lists", "engine", "op_states", "batches", "job")
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +104,7 @@ class CheckpointBody(_message.Message):
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     OP_STATES_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     format_version: int
     spec: _pipeline_pb2.PipelineSpec
     fingerprint: bytes
@@ -83,7 +112,8 @@ class CheckpointBody(_message.Message):
     engine: EngineId
     op_states: _containers.RepeatedCompositeFieldContainer[OpState]
     batches: int
-    def __init__(self, format_version: _Optional[int] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., fingerprint: _Optional[bytes] = ..., file_lists: _Optional[_Iterable[_Union[FileListDigest, _Mapping]]] = ..., engine: _Optional[_Union[EngineId, _Mapping]] = ..., op_states: _Optional[_Iterable[_Union[OpState, _Mapping]]] = ..., batches: _Optional[int] = ...) -> None: ...
+    job: JobPosition
+    def __init__(self, format_version: _Optional[int] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., fingerprint: _Optional[bytes] = ..., file_lists: _Optional[_Iterable[_Union[FileListDigest, _Mapping]]] = ..., engine: _Optional[_Union[EngineId, _Mapping]] = ..., op_states: _Optional[_Iterable[_Union[OpState, _Mapping]]] = ..., batches: _Optional[int] = ..., job: _Optional[_Union[JobPosition, _Mapping]] = ...) -> None: ...
 
 class SealedCheckpoint(_message.Message):
     __slots__ = ("format_version", "body", "sha256")

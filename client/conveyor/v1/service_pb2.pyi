@@ -7,8 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class JobShare(_message.Message):
+    __slots__ = ("job", "rank", "world_size", "generation", "step", "global_batches")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    world_size: int
+    generation: int
+    step: int
+    global_batches: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., generation: _Optional[int] = ..., step: _Optional[int] = ..., global_batches: _Optional[int] = ...) -> None: ...
+
 class PipelineInfo(_message.Message):
-    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced", "run_id")
+    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced", "run_id", "job")
     class EpochSizesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +46,7 @@ class PipelineInfo(_message.Message):
     SAMPLES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     generation: int
@@ -44,19 +61,22 @@ class PipelineInfo(_message.Message):
     samples_skipped: int
     samples_replaced: int
     run_id: str
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    job: JobShare
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., run_id: _Optional[str] = ..., job: _Optional[_Union[JobShare, _Mapping]] = ...) -> None: ...
 
 class CreatePipelineRequest(_message.Message):
-    __slots__ = ("name", "spec", "keep_checkpoints", "run_id")
+    __slots__ = ("name", "spec", "keep_checkpoints", "run_id", "job")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     name: str
     spec: _pipeline_pb2.PipelineSpec
     keep_checkpoints: int
     run_id: str
-    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    job: JobShare
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., run_id: _Optional[str] = ..., job: _Optional[_Union[JobShare, _Mapping]] = ...) -> None: ...
 
 class CreatePipelineResponse(_message.Message):
     __slots__ = ("pipeline",)
@@ -177,7 +197,7 @@ class CheckpointInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., pipeline: _Optional[str] = ..., batches: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., server: _Optional[str] = ..., generation: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints", "consumed", "run_id")
+    __slots__ = ("name", "checkpoint_id", "data", "spec", "keep_checkpoints", "consumed", "run_id", "job")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +205,7 @@ class RestoreRequest(_message.Message):
     KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     name: str
     checkpoint_id: str
     data: bytes
@@ -192,7 +213,8 @@ class RestoreRequest(_message.Message):
     keep_checkpoints: int
     consumed: int
     run_id: str
-    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., consumed: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    job: JobShare
+    def __init__(self, name: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., data: _Optional[bytes] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., keep_checkpoints: _Optional[int] = ..., consumed: _Optional[int] = ..., run_id: _Optional[str] = ..., job: _Optional[_Union[JobShare, _Mapping]] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
     __slots__ = ("pipeline", "batches")
@@ -227,3 +249,39 @@ class GetCheckpointResponse(_message.Message):
     checkpoint: CheckpointInfo
     data: bytes
     def __init__(self, checkpoint: _Optional[_Union[CheckpointInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class JoinJobRequest(_message.Message):
+    __slots__ = ("job", "world_size", "run_id", "fingerprint", "step", "existing_only")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_ONLY_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    world_size: int
+    run_id: str
+    fingerprint: str
+    step: int
+    existing_only: bool
+    def __init__(self, job: _Optional[str] = ..., world_size: _Optional[int] = ..., run_id: _Optional[str] = ..., fingerprint: _Optional[str] = ..., step: _Optional[int] = ..., existing_only: _Optional[bool] = ...) -> None: ...
+
+class JoinJobResponse(_message.Message):
+    __slots__ = ("generation", "run_id", "world_size", "step", "global_batches", "checkpoint_id", "cut_step", "cut_global_batches")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    CUT_STEP_FIELD_NUMBER: _ClassVar[int]
+    CUT_GLOBAL_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    run_id: str
+    world_size: int
+    step: int
+    global_batches: int
+    checkpoint_id: str
+    cut_step: int
+    cut_global_batches: int
+    def __init__(self, generation: _Optional[int] = ..., run_id: _Optional[str] = ..., world_size: _Optional[int] = ..., step: _Optional[int] = ..., global_batches: _Optional[int] = ..., checkpoint_id: _Optional[str] = ..., cut_step: _Optional[int] = ..., cut_global_batches: _Optional[int] = ...) -> None: ...

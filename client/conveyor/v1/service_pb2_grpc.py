@@ -79,6 +79,11 @@ class ConveyorStub:
                 request_serializer=conveyor_dot_v1_dot_service__pb2.GetCheckpointRequest.SerializeToString,
                 response_deserializer=conveyor_dot_v1_dot_service__pb2.GetCheckpointResponse.FromString,
                 _registered_method=True)
+        self.JoinJob = channel.unary_unary(
+                '/conveyor.v1.Conveyor/JoinJob',
+                request_serializer=conveyor_dot_v1_dot_service__pb2.JoinJobRequest.SerializeToString,
+                response_deserializer=conveyor_dot_v1_dot_service__pb2.JoinJobResponse.FromString,
+                _registered_method=True)
 
 
 class ConveyorServicer:
@@ -151,6 +156,15 @@ class ConveyorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinJob(self, request, context):
+        """Joins a data-parallel job as one of its ranks: creates the job record, or goes on with
+        it (another world size or run starts a new generation of it), and answers where every
+        rank starts. Each rank then creates or restores its own pipeline with that share.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConveyorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +212,11 @@ def add_ConveyorServicer_to_server(servicer, server):
                     servicer.GetCheckpoint,
                     request_deserializer=conveyor_dot_v1_dot_service__pb2.GetCheckpointRequest.FromString,
                     response_serializer=conveyor_dot_v1_dot_service__pb2.GetCheckpointResponse.SerializeToString,
+            ),
+            'JoinJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinJob,
+                    request_deserializer=conveyor_dot_v1_dot_service__pb2.JoinJobRequest.FromString,
+                    response_serializer=conveyor_dot_v1_dot_service__pb2.JoinJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -443,6 +462,33 @@ class Conveyor:
             '/conveyor.v1.Conveyor/GetCheckpoint',
             conveyor_dot_v1_dot_service__pb2.GetCheckpointRequest.SerializeToString,
             conveyor_dot_v1_dot_service__pb2.GetCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/conveyor.v1.Conveyor/JoinJob',
+            conveyor_dot_v1_dot_service__pb2.JoinJobRequest.SerializeToString,
+            conveyor_dot_v1_dot_service__pb2.JoinJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

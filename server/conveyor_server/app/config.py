@@ -151,6 +151,9 @@ class ServerConfig:
     listen: str = "0.0.0.0:50051"
     advertise: str | None = None
     data_roots: tuple[str, ...] = ()
+    #: The callables pipelines may feed from (``fn.external_source(source="pkg.mod:fn")``),
+    #: as ``module:function`` names, imported at start; a spec naming another is refused.
+    external_sources: tuple[str, ...] = ()
     #: Where the private redis-server keeps its append-only file (no redis.url given).
     state_dir: str = ".conveyor"
     redis: RedisConfig = field(default_factory=RedisConfig)

@@ -32,6 +32,7 @@ from conveyor_server.app.security import (
     check_security,
 )
 from conveyor_server.app.startup import load_spec, start_pipelines
+from conveyor_server.engine.external_sources import ExternalSources
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.spec_bounds import SpecBounds
 from conveyor_server.service.kill_points import KillPoints
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
                                           cfg.allocator.trim_threshold_bytes))
         specs = [load_spec(entry, i) for i, entry in enumerate(cfg.pipelines)]
+        sources = ExternalSources.configured(cfg.external_sources)
+        if sources.names:
+            log.info("external sources pipelines may name: %s", ", ".join(sources.names))
         security = build_security(cfg)
         security.log_summary(cfg.listen)
         url = cfg.redis.url
@@ -198,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             authenticator=security.authenticator, credentials=security.credentials,
             reflection=cfg.reflection, drain_wait=cfg.drain.grace_s / 2, limits=limits,
             behaviour=behaviour, keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s),
-            worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at))
+            worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
+            external_sources=sources)
         startup = StartupCalls(security.authenticator)
         if cfg.pipelines:
             startup.bind(server)

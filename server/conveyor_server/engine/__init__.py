@@ -2,7 +2,8 @@
 
 Holds the in-process ``Pipeline`` (``pipeline.py``), the plan of a spec (``plan.py``: source
 stages, per-sample segments and per-batch steps), running a batch (``segments.py``,
-``batch_work.py``), the source stages (``stages/``: readers, random ops), the readers
+``batch_work.py``), the source stages (``stages/``: readers, random ops, external sources;
+the callables those may name: ``external_sources.py``), the readers
 beyond the file reader (``readers/``: numpy and webdataset), the operators
 (``ops/``, registered per sample or per batch), checkpoint blobs (``checkpoint.py``), file
 lists (``file_list.py``), data roots and reading files beneath them (``data_roots.py``,

@@ -6,7 +6,10 @@ version and, to explain a difference, the library versions and CPU features. A s
 restores it only where it would compute the same bytes: same key schedule, same output
 version, and the same digest for every behaviour key the pipeline uses. Operators the
 pipeline does not use do not matter; nor do library versions or CPUs that compute the
-same bytes.
+same bytes. A GPU operator (``...@gpu``) also needs the same GPU path (``gpu_path.py``: GPU
+model, driver, CUDA runtime, nvImageCodec and nvJPEG, decode backends): its probe cannot
+show which backend decodes which sample, so another GPU path is refused even where the
+probe's bytes agree.
 """
 
 from __future__ import annotations
@@ -24,16 +27,43 @@ from conveyor_server.engine.behaviour.measure import Behaviour, key_of
 OUTPUT_VERSION = 1
 
 
+#: The operators whose device="mixed" form decodes with nvImageCodec.
+DECODERS = ("decoders.image", "decoders.image_random_crop", "decoders.image_crop")
+
+
+def _on_gpu(op: pipeline_pb2.OpSpec) -> bool:
+    return op.device not in ("", "cpu")
+
+
 def libraries(spec: pipeline_pb2.PipelineSpec) -> tuple[str, str]:
     """(decoder, warp) library descriptions for ``spec``'s operators."""
     from conveyor_server.engine.ops.decode import DECODER_ID
 
     decoder = DECODER_ID
-    if any(op.type == "decoders.image" and op.device not in ("", "cpu") for op in spec.ops):
-        from nvidia import nvimgcodec
+    if any(op.type in DECODERS and _on_gpu(op) for op in spec.ops):
+        from conveyor_server.engine.gpu_path import nvjpeg_version
+        from conveyor_server.engine.ops.nvimgcodec_batch import nvimgcodec_version
 
-        decoder = f"nvimgcodec {getattr(nvimgcodec, '__version__', 'unknown')}"
+        decoder = (f"nvimgcodec {nvimgcodec_version() or 'none'}; "
+                   f"nvjpeg {nvjpeg_version() or 'none'}")
     return decoder, f"opencv {cv2.__version__}; numpy {np.__version__}"
+
+
+def gpu_description(spec: pipeline_pb2.PipelineSpec) -> str:
+    """The GPU path ``spec``'s GPU operators run on here (``gpu_path.py``), with each GPU
+    decoder's backends; "" for a pipeline without GPU operators."""
+    gpu_ops = [(i, op) for i, op in enumerate(spec.ops) if _on_gpu(op)]
+    if not gpu_ops:
+        return ""
+    from conveyor.schema import decode_args
+    from conveyor_server.engine.gpu_path import gpu_path
+    from conveyor_server.engine.ops.nvimgcodec_batch import describe_backends, gpu_target
+
+    backends = "; ".join(
+        f"op {i}: "
+        f"{describe_backends(gpu_target(spec.device_id, decode_args(op)['hw_decoder_load']))}"
+        for i, op in gpu_ops if op.type in DECODERS)
+    return gpu_path(spec.device_id).describe(backends)
 
 
 def engine_id(spec: pipeline_pb2.PipelineSpec, behaviour: Behaviour) -> checkpoint_pb2.EngineId:
@@ -42,14 +72,15 @@ def engine_id(spec: pipeline_pb2.PipelineSpec, behaviour: Behaviour) -> checkpoi
     keys = sorted({key_of(op) for op in spec.ops})
     return checkpoint_pb2.EngineId(
         decoder=decoder, warp=warp, key_schedule=keyed_random.KEY_SCHEDULE,
-        output_version=OUTPUT_VERSION, cpu=behaviour.cpu,
+        output_version=OUTPUT_VERSION, cpu=behaviour.cpu, gpu=gpu_description(spec),
         ops=[checkpoint_pb2.OpBehaviour(key=k, digest=behaviour.digests.get(k, b""))
              for k in keys])
 
 
 def _what_differs(old: checkpoint_pb2.EngineId, new: checkpoint_pb2.EngineId) -> str:
     parts = [f"{label}: checkpoint {a!r}, this server {b!r}"
-             for label, a, b in (("CPU", old.cpu, new.cpu), ("decoder", old.decoder, new.decoder),
+             for label, a, b in (("CPU", old.cpu, new.cpu), ("GPU", old.gpu, new.gpu),
+                                 ("decoder", old.decoder, new.decoder),
                                  ("libraries", old.warp, new.warp)) if a != b]
     if not parts:
         return "same libraries and CPU features (another build of them)"
@@ -75,6 +106,10 @@ def difference(old: checkpoint_pb2.EngineId, new: checkpoint_pb2.EngineId) -> st
         if not now:
             return (f"operator {op!r} ({then.key}): this server cannot compute it (no such "
                     "operator or device here)")
+        if then.key.endswith("@gpu") and old.gpu != new.gpu:
+            return (f"operator {op!r} ({then.key}) runs on another GPU path on this server, "
+                    f"whose bytes the checkpoint's do not vouch for: GPU: checkpoint "
+                    f"{old.gpu!r}, this server {new.gpu!r}")
         if not then.digest or then.digest != now:
             return (f"operator {op!r} ({then.key}) computes other bytes on this server "
                     f"(behaviour digest {then.digest.hex() or 'none'} in the checkpoint, "

@@ -59,6 +59,18 @@ def uniform01(seed: int, stream: int, index: np.ndarray, draw: int = 0) -> np.nd
     return (bits(seed, stream, index, draw) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
+def uniform01_draws(seed: int, stream: int, index: int, count: int) -> np.ndarray:
+    """Draws 0 .. ``count - 1`` of one ``index``: element ``d`` is exactly
+    ``uniform01(seed, stream, [index], d)[0]``, computed in one pass over the draws (an
+    operator that needs many draws per sample, such as a random window, makes one numpy
+    call per step instead of one per draw)."""
+    h = _mix(_u64(seed) + _GOLDEN)
+    h = _mix(h ^ _u64(stream))
+    h = _mix(_u64(index) ^ h)
+    draws = np.arange(count, dtype=np.uint64) + _GOLDEN  # wraps modulo 2**64, as _u64(d) + _GOLDEN
+    return (_mix(h ^ draws) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 def normal(seed: int, stream: int, index: np.ndarray, draw: int = 0) -> np.ndarray:
     """Standard normal doubles (Box-Muller over draws 2*draw and 2*draw+1).
 

@@ -14,10 +14,12 @@ O(1), never by replay.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from conveyor import spec as specs
 from conveyor.errors import (
@@ -32,14 +34,23 @@ from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.engine_id import engine_id
+from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
+from conveyor_server.engine.gpu_staging import output_stager
+from conveyor_server.engine.job_share import Share, share_of
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.listings import ListingArchive
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.stages import MAX_SAMPLES
+from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
 Batch = tuple[TensorList, ...]
+
+
+def _nothing() -> None:
+    return None
+
 #: Whether operators registered in both forms run per batch unless told otherwise.
 BATCH_OPS = True
 
@@ -56,6 +67,8 @@ class Pipeline:
         behaviour: Behaviour | None = None,
         listings: ListingArchive | None = None,
         pool: Executor | None = None,
+        sources: ExternalSources = IN_PROCESS,
+        share: Share | None = None,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
@@ -64,7 +77,13 @@ class Pipeline:
         that a restore over changed data names the first changed file. ``pool``: the
         workers to compute on, shared with other pipelines (a server bounds its compute
         threads this way); by default the pipeline has ``num_threads`` workers of its own.
-        The per-sample work of a batch is split into ``num_threads`` tasks either way."""
+        The per-sample work of a batch is split into ``num_threads`` tasks either way.
+        ``sources``: the callables an ``external_source`` may name (a server passes its
+        configured ones; in process, by default, the callable ``fn.external_source`` was
+        given, or any ``"module:function"``).
+        ``share``: a data-parallel job's rank (see ``job_share.py``), starting at its step
+        and global position (at or after the checkpoint's; by default the checkpoint's
+        own share, or a plain pipeline's)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -77,12 +96,11 @@ class Pipeline:
         self._listings = listings
         self._identity: checkpoint_pb2.EngineId | None = None
         self._constant_body: bytes | None = None
-        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops)
+        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
         self._segments = SegmentRunner(self._plan)
         single_threaded_opencv()
         self._limits = limits
         self._batch_size = spec.batch_size
-        base = 0
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
             ckpt.verify_against(body, spec, self.engine_id(), digests,
@@ -96,19 +114,36 @@ class Pipeline:
                 if stage.op_index not in states:
                     raise CorruptCheckpoint(f"checkpoint has no state for op {stage.op_index}")
                 stage.reset(states[stage.op_index])
-            base = body.batches
+            share, at = share_of(body, share)
         else:
             for stage in self._plan.stages:
                 stage.reset(None)
+            share, at = share or Share(), 0
+        if share.global_batches < at:
+            raise InvalidArgument(f"job {share.job!r}: the start, global batch "
+                                  f"{share.global_batches}, is before the checkpoint's ({at})")
+        if share.global_batches * spec.batch_size > MAX_SAMPLES:
+            raise InvalidArgument(f"global batch {share.global_batches} is beyond the "
+                                  f"furthest a pipeline reaches ({MAX_SAMPLES} samples)")
+        if share.global_batches > at:  # the stages jump to the start in O(1)
+            for stage in self._plan.stages:
+                stage.reset(stage.advanced(stage.get_state(),
+                                           (share.global_batches - at) * spec.batch_size))
         if listings is not None:
             self._keep_listings(listings)
+        self.share = share
+        base = share.step
         self._base_batches = base
+        # The stages' states at the start's cut: every later state is computed from them.
         self._base_states = [stage.get_state() for stage in self._plan.stages]
         self._returned = base
         self._produced = base
         self._inflight: deque[BatchWork[SampleState]] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
         self._threads = max(1, spec.num_threads)
+        #: A GPU pipeline's outputs leave the GPU through a ring of pinned buffers.
+        stager = output_stager(self._plan, self._depth)
+        self._staging = OutputStaging(stager) if stager is not None else None
         self._own_pool = pool is None
         self._pool = pool or ThreadPoolExecutor(self._threads,
                                                 thread_name_prefix="conveyor-worker")
@@ -167,13 +202,38 @@ class Pipeline:
 
     def run(self) -> Batch:
         """The next batch: one TensorList per pipeline output."""
+        outputs, staged = self._next_batch()
+        if staged is None:
+            return outputs
+        # Out of the ring: the caller may keep these as long as it likes.
+        copies = tuple(TensorList([np.array(s) for s in out], out.layout(), out.dtype)
+                       for out in outputs)
+        staged.release()
+        return copies
+
+    def run_staged(self) -> tuple[Batch, Callable[[], None]]:
+        """The next batch and the function to call once done with its bytes: a GPU
+        pipeline's outputs are views of an output-ring slot (``output_ring.py``), free for
+        another batch only after that call. The stream encodes from them; ``run()``
+        copies them out."""
+        outputs, staged = self._next_batch()
+        return outputs, (staged.release if staged is not None else _nothing)
+
+    def _next_batch(self) -> tuple[Batch, StagedBatch | None]:
         self._fill()
+        self._stage_ready()
         pending = self._inflight.popleft()
+        staged = None
         try:
-            results = self._segments.outputs(pending.results())
+            states = pending.results()
+            if self._staging is not None:
+                staged = self._staging.take(pending, states, self._returned)
+            results = self._segments.outputs(states)
         except CancelledError:
             raise FailedPrecondition("pipeline was closed while computing a batch") from None
         except BaseException:
+            if staged is not None:
+                staged.release()
             self._rewind()
             raise
         outputs = [TensorList(samples, self._plan.layouts.get(ref, ""))
@@ -181,10 +241,18 @@ class Pipeline:
         try:
             self._limits.check_batch(outputs, self._returned)
         except BaseException:
+            if staged is not None:
+                staged.release()
             self._rewind()
             raise
         self._returned += 1
-        return tuple(outputs)
+        self._stage_ready()
+        return tuple(outputs), staged
+
+    def _stage_ready(self) -> None:
+        """Start copying the computed batches out of the GPU, ahead of being asked for."""
+        if self._staging is not None:
+            self._staging.ahead(self._inflight, self._returned)
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -194,7 +262,11 @@ class Pipeline:
         """Start the prefetch if needed and wait up to ``timeout`` seconds for the next
         batch; True when ``run()`` will return (or raise) without waiting."""
         self._fill()
-        return self._inflight[0].ready(timeout)
+        self._stage_ready()
+        ready = self._inflight[0].ready(timeout)
+        if ready:
+            self._stage_ready()
+        return ready
 
     def _fill(self) -> None:
         """Keep ``prefetch_queue_depth`` batches computing."""
@@ -209,9 +281,13 @@ class Pipeline:
             raise
 
     def _submit(self) -> None:
+        if self.share.strided:  # a job's rank: jump to its next global batch
+            for stage, state in zip(self._plan.stages, self.states_at(self._produced),
+                                    strict=True):
+                stage.reset(state)
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
-        self._inflight.append(self._segments.start(per_stage, self._produced,
-                                                   self._pool, self._threads))
+        self._inflight.append(self._segments.start(
+            per_stage, self.share.block(self._produced), self._pool, self._threads))
         self._produced += 1
 
     def wait_prefetched(self) -> None:
@@ -226,6 +302,8 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        if self._staging is not None:
+            self._staging.drop()
         for stage, state in zip(self._plan.stages, states, strict=True):
             stage.reset(state)
         self._returned = self._produced = batches
@@ -243,14 +321,23 @@ class Pipeline:
         return self._identity
 
     def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
-        """Every stage's state after ``batches`` batches, computed without replay."""
+        """Every stage's state before this pipeline's batch ``batches`` (after ``batches``
+        batches, unless it is a job's rank), computed without replay."""
+        return self._states_at_global(batches, self.share.block(batches))
+
+    def cut_states(self, batches: int) -> list[checkpoint_pb2.OpState]:
+        """Every stage's state at the job's cut before step ``batches`` (for a pipeline that
+        is no job's rank, ``states_at``): what a checkpoint records."""
+        return self._states_at_global(batches, self.share.cut(batches))
+
+    def _states_at_global(self, batches: int, block: int) -> list[checkpoint_pb2.OpState]:
         if batches < self._base_batches:
             raise FailedPrecondition(f"batch {batches} is before this pipeline's start "
                                      f"({self._base_batches})")
-        if batches * self._batch_size > MAX_SAMPLES:
+        if block * self._batch_size > MAX_SAMPLES:
             raise InvalidArgument(f"batch {batches} is beyond the furthest position a "
                                   f"pipeline reaches ({MAX_SAMPLES} samples)")
-        samples = (batches - self._base_batches) * self._batch_size
+        samples = (block - self.share.global_batches) * self._batch_size
         return [stage.advanced(state, samples)
                 for stage, state in zip(self._plan.stages, self._base_states, strict=True)]
 
@@ -279,7 +366,13 @@ class Pipeline:
         if n > self._produced:
             raise FailedPrecondition(f"cannot checkpoint after {n} batches: only "
                                      f"{self._produced} were produced")
-        return checkpoint_pb2.CheckpointBody(op_states=self.states_at(n), batches=n)
+        body = checkpoint_pb2.CheckpointBody(op_states=self.cut_states(n), batches=n)
+        share = self.share
+        if share.job:
+            body.job.CopyFrom(checkpoint_pb2.JobPosition(
+                job=share.job, rank=share.rank, world_size=share.world_size,
+                generation=share.generation, global_batches=share.cut(n)))
+        return body
 
     def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
         """The sealed state after the batches returned so far (or after ``batches``).
@@ -322,6 +415,8 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        if self._staging is not None:
+            self._staging.drop()
         if self._own_pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
 

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conveyor import schema
-from conveyor.errors import SpecError
+from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import file_list
 from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.data_roots import DataRoots
+from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
@@ -29,6 +30,8 @@ from conveyor_server.engine.readers.build import READERS, SampleSource, build_re
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
+from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
+from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
 
@@ -94,6 +97,8 @@ class Plan:
     segments: list[Segment]
     layouts: dict[Ref, str]
     outputs: list[Ref]
+    #: The external sources by op index (their values are computed on the submitting thread).
+    sources: dict[int, ExternalSourceStage] = field(default_factory=dict)
     #: For each segment, the values still needed once it has run (by later segments or as
     #: outputs): a sample keeps only these, so a prefetched batch holds no intermediates.
     live_after: list[frozenset[Ref]] = field(default_factory=list)
@@ -150,16 +155,39 @@ def _seed(args: dict[str, object], pipeline_seed: int) -> int:
     return pipeline_seed if not isinstance(seed, int) or seed < 0 else seed
 
 
-def _form(op_type: str, batch_ops: bool) -> registry.Per:
-    forms = registry.forms(op_type)
+def _form(op_type: str, batch_ops: bool, device: str = "cpu") -> registry.Per:
+    forms = registry.forms(op_type, device)
     if not forms:
+        if registry.forms(op_type):
+            raise DeviceUnavailable(f"{op_type}: device={device!r} is not implemented on this "
+                                    "server (use device='cpu')")
         raise KeyError(f"no operator {op_type!r} is registered")
     return BATCH if BATCH in forms and (batch_ops or SAMPLE not in forms) else SAMPLE
 
 
+def check_devices(spec: pipeline_pb2.PipelineSpec) -> None:
+    """Refuse a CPU operator fed by a GPU one (its data is in device memory), as DALI does:
+    data goes from the CPU to the GPU ("mixed" decoders, "gpu" operators), not back."""
+    for op in spec.ops:
+        if op.device not in ("", "cpu"):
+            continue
+        fed = [(f"input {k}", r) for k, r in enumerate(op.inputs)]
+        fed += [(f"argument {name!r}", r) for name, r in sorted(op.arg_inputs.items())]
+        for what, ref in fed:
+            source = spec.ops[ref.op] if ref.op < len(spec.ops) else None
+            if source is not None and source.device not in ("", "cpu"):
+                raise SpecError(op.type, "device", f"its {what} comes from {source.type} (op "
+                                f"{ref.op}) on device={source.device!r}: a CPU operator cannot "
+                                "take GPU data; run it on device='gpu'")
+
+
 def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
-               limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True) -> Plan:
+               limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True,
+               sources: ExternalSources = IN_PROCESS) -> Plan:
+    """``sources``: the callables an ``external_source`` may name (a server's configured
+    ones; by default, in process, any)."""
     check_spec(spec, limits)
+    check_devices(spec)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once
@@ -196,6 +224,14 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""
+        elif op.type == EXTERNAL_SOURCE:
+            name = args["source"]
+            source = ExternalSourceStage(index, name, sources.resolve(name, index), args,
+                                         batch_size=batch)
+            plan.sources[index] = source
+            plan.stages.append(source)
+            for out, layout in enumerate(source.layouts):
+                plan.layouts[(index, out)] = layout
         elif op.type in DRAWS:
             stage = RandomStage(op.type, index, args, batch_size=batch,
                                 seed=_seed(args, spec.seed))
@@ -207,11 +243,11 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                 op_type=op.type, index=index, args=args,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
-                limits=limits, seed=_seed(args, spec.seed),
+                limits=limits, seed=_seed(args, spec.seed), device_id=spec.device_id,
             )
-            built = registry.build(ctx, _form(op.type, batch_ops))
+            built = registry.build(ctx, _form(op.type, batch_ops, op.device))
             arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}
-            if isinstance(built, registry.SampleOp) and built.keyed:
+            if built.keyed:
                 arg_refs[registry.SAMPLE_INDEX] = SAMPLE_INDEX_REF
             plan._add(Step(index, op.type, built, [_ref(r) for r in op.inputs], arg_refs,
                            op.num_outputs, args.get("on_error", "fail")))

@@ -4,7 +4,9 @@ A sample's state holds its values by (op, output) and the path of its data file,
 errors name. The first phase reads each sample's file and label and runs the first
 per-sample segment; each later per-sample segment is a phase of its own; a batch segment
 gathers its step's inputs across the batch in sample order, runs the step once and hands
-each sample its part of every output. ``BatchWork`` runs the phases on the worker threads.
+each sample its part of every output; a sample it fails on (``SampleFailed``) is left out
+or replaced under the step's ``on_error`` policy, and the step runs again without it.
+``BatchWork`` runs the phases on the worker threads.
 """
 
 from __future__ import annotations
@@ -156,17 +158,23 @@ class SegmentRunner:
         fn = step.op.fn
 
         def run(all_states: list[SampleState]) -> None:
-            states = [s for s in all_states if not s.failed]
-            if not states:
-                return
-            inputs = [[s.values[r] for s in states] for r in step.inputs]
-            targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
-            try:
-                outs = fn(inputs, targs)
-            except SampleFailed as failure:
-                _fail(step, failure.error, repr(states[failure.index].where))
-            except Exception as exc:
-                _fail(step, exc, f"batch {batch_index}")
+            while True:  # once, or again without a sample its on_error policy leaves out
+                states = [s for s in all_states if not s.failed]
+                if not states:
+                    return
+                inputs = [[s.values[r] for s in states] for r in step.inputs]
+                targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
+                try:
+                    outs = fn(inputs, targs)
+                    break
+                except SampleFailed as failure:
+                    failed, error = states[failure.index], failure.error
+                    if not _tolerated(step.on_error, error):
+                        _fail(step, error, repr(failed.where))
+                    assert isinstance(error, ConveyorError)
+                    failed.fail(step.on_error, step.label, error)
+                except Exception as exc:
+                    _fail(step, exc, f"batch {batch_index}")
             if len(outs) != step.num_outputs or any(len(o) != len(states) for o in outs):
                 raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples per "
                                f"output, expected {step.num_outputs} outputs of "
@@ -180,7 +188,8 @@ class SegmentRunner:
 
     def _read(self, state: SampleState) -> None:
         """Replace each reader's sample index with what it reads: the file's bytes and
-        label (``readers.file``), or the outputs its source reads (the other readers)."""
+        label (``readers.file``), or the outputs its source reads (the other readers); and
+        each external source's sample with its outputs."""
         values = state.values
         for op, binding in self._plan.readers.items():
             index = values[(op, 0)]
@@ -202,6 +211,11 @@ class SegmentRunner:
             with self._lock:
                 self.files_read += 1
             for o, out in enumerate(outputs):
+                values[(op, o)] = out
+        for op in self._plan.sources:  # computed on the submitting thread, in batch order
+            sample = values[(op, 0)]
+            state.where = state.where or sample.where
+            for o, out in enumerate(sample.get()):  # a source's error ends the batch
                 values[(op, o)] = out
 
 

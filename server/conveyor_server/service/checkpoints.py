@@ -20,6 +20,7 @@ import grpc
 
 from conveyor.errors import Fenced, Unavailable
 from conveyor_server.service.hosted import HostedPipeline
+from conveyor_server.service.jobs import Jobs
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.store.store import Store, StoredCheckpoint
@@ -32,8 +33,10 @@ DEADLINE_MARGIN_S = 0.05
 
 class CheckpointWriter:
     def __init__(self, store: Store, instance: str, address: str,
-                 observer: ServiceObserver, kill_points: KillPoints = NO_KILL_POINTS) -> None:
+                 observer: ServiceObserver, kill_points: KillPoints = NO_KILL_POINTS,
+                 jobs: Jobs | None = None) -> None:
         self._store = store
+        self._jobs = jobs or Jobs(store, instance)
         self._instance = instance
         self._address = address
         self._observer = observer
@@ -41,7 +44,8 @@ class CheckpointWriter:
         self._calls = ThreadPoolExecutor(4, thread_name_prefix="store-call")
 
     def write(self, hosted: HostedPipeline, batches: int) -> StoredCheckpoint:
-        """Store the checkpoint of ``hosted`` after ``batches`` consumed batches."""
+        """Store the checkpoint of ``hosted`` after ``batches`` consumed batches; a job's
+        rank's is then marked in the job's record (``jobs.py``)."""
         hosted.check_live()
         started = time.perf_counter()
         blob = hosted.engine.checkpoint(batches=batches)
@@ -56,6 +60,15 @@ class CheckpointWriter:
                             extra={"pipeline": hosted.name, "error": exc.message})
             raise
         self._kill_points.reached("checkpoint.after_store")
+        share = hosted.engine.share
+        if share.job:
+            try:
+                self._jobs.mark(share, batches, stored.id)
+            except Fenced as exc:
+                if hosted.end(exc.message):
+                    log.warning("pipeline %s fenced: %s", hosted.name, exc.message,
+                                extra={"pipeline": hosted.name, "error": exc.message})
+                raise
         stored = dataclasses.replace(stored, creator=hosted.creator, run_id=hosted.run_id)
         self._observer.checkpoint_written(time.perf_counter() - started)
         hosted.latest_checkpoint = stored.id

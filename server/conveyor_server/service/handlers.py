@@ -30,6 +30,8 @@ from conveyor.errors import (
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
+from conveyor_server.engine.external_sources import NONE_REGISTERED, ExternalSources
+from conveyor_server.engine.job_share import Share
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
@@ -37,6 +39,7 @@ from conveyor_server.service.access import Access
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.identity import Authenticator
+from conveyor_server.service.jobs import Jobs, share_of
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
@@ -67,8 +70,11 @@ class ConveyorService:
                  max_pipelines: int = 64, slots: StreamSlots | None = None,
                  drain_wait: float = 5.0,
                  limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None,
-                 worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS) -> None:
+                 worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS,
+                 external_sources: ExternalSources = NONE_REGISTERED) -> None:
         self.store = store
+        #: The callables a pipeline's external_source may name (the configuration's).
+        self.external_sources = external_sources
         self.behaviour = behaviour or process_behaviour()
         self.listings = RedisListings(store)
         self.limits = limits
@@ -79,8 +85,9 @@ class ConveyorService:
         self.observer = observer
         self.pipelines = HostedPipelines(store, address, max_pipelines)
         self.kill_points = kill_points
+        self.jobs = Jobs(store, self.instance)
         self.checkpoints = CheckpointWriter(store, self.instance, address, observer,
-                                            kill_points)
+                                            kill_points, self.jobs)
         self.streams = BatchStreams(self.pipelines, self.checkpoints, observer, address,
                                     drain_wait, slots or StreamSlots(64))
         # Every hosted pipeline computes on these workers: the server's compute threads
@@ -95,9 +102,10 @@ class ConveyorService:
             context, name, "stream")
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
-               blob: bytes | None = None) -> Pipeline:
+               blob: bytes | None = None, share: Share | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits,
-                        behaviour=self.behaviour, listings=self.listings, pool=self.workers)
+                        behaviour=self.behaviour, listings=self.listings, pool=self.workers,
+                        sources=self.external_sources, share=share)
 
     @rpc_kinds.unary
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,
@@ -106,8 +114,9 @@ class ConveyorService:
         creator = self.access.creating(context)
         if not request.HasField("spec"):
             raise InvalidArgument("CreatePipeline needs a spec")
+        share = share_of(name, request.job) if request.HasField("job") else None
         self.pipelines.check_capacity(name)
-        engine = self._build(request.spec)
+        engine = self._build(request.spec, share=share)
         keep = request.keep_checkpoints or self.keep_checkpoints
         claimed = time.monotonic()  # the lease runs from before the claim
         try:
@@ -116,7 +125,8 @@ class ConveyorService:
         except BaseException:
             engine.close()
             raise
-        hosted = HostedPipeline(name, engine, gen, keep,
+        start = engine.start_batches
+        hosted = HostedPipeline(name, engine, gen, keep, sent=start, acknowledged=start,
                                 lease_until=claimed + self.store.lease)
         hosted.creator, hosted.run_id = creator, request.run_id
         self.pipelines.host(hosted)
@@ -126,14 +136,15 @@ class ConveyorService:
         return service_pb2.CreatePipelineResponse(pipeline=hosted.info(self.address))
 
     def _checkpoint_creation(self, hosted: HostedPipeline) -> None:
-        """Record the new pipeline at batch 0, so that until its trainer checkpoints, any
-        server can still resume it at the trainer's position (restore is O(1) at any
-        position): a client's failover needs no checkpoint of the trainer's own. The
+        """Record the new pipeline at its start (batch 0; a job's rank: its first step), so
+        that until its trainer checkpoints, any server can still resume it at the trainer's
+        position (restore is O(1) at any position): a client's failover needs no checkpoint
+        of the trainer's own. The
         pipeline is created without it if Redis refuses it now."""
         if not hosted.engine.spec.enable_checkpointing:
             return
         try:
-            self.checkpoints.write(hosted, 0)
+            self.checkpoints.write(hosted, hosted.engine.start_batches)
         except ConveyorError as exc:
             log.warning("pipeline %s has no creation checkpoint: %s (it cannot fail over "
                         "before its first checkpoint)", hosted.name, exc.message,
@@ -242,8 +253,13 @@ class ConveyorService:
         if self.limits.spec is not None:
             self.limits.spec.check_checkpoint(blob)
         body = ckpt.open_blob(blob)
+        share = share_of(name, request.job) if request.HasField("job") else None
+        if share is None and body.HasField("job"):
+            self.jobs.check_current(body.job)  # a rank's own checkpoint: its world still runs
         position = request.consumed if request.HasField("consumed") else body.batches
-        if position < body.batches:
+        if share is not None:
+            position = share.step
+        elif position < body.batches:
             raise InvalidArgument(f"Restore: consumed={position} is before the checkpoint's "
                                   f"position ({body.batches} batches); nothing was taken over")
         if request.HasField("spec"):
@@ -252,8 +268,8 @@ class ConveyorService:
                 raise SpecMismatch(f"checkpoint was made by a different pipeline: "
                                          f"{diff}")
         self.pipelines.check_capacity(name)
-        engine = self._build(request.spec if request.HasField("spec") else None, blob)
-        if position != body.batches:
+        engine = self._build(request.spec if request.HasField("spec") else None, blob, share)
+        if share is None and position != body.batches:
             engine.seek(position)
         keep = request.keep_checkpoints or self.keep_checkpoints
         claimed = time.monotonic()
@@ -271,6 +287,8 @@ class ConveyorService:
         hosted.creator, hosted.run_id = claim.creator, run_id
         self.pipelines.host(hosted)
         self.observer.restored(time.perf_counter() - started)
+        if share is not None:  # a rank's start: its own checkpoint to fail over from
+            self._checkpoint_creation(hosted)
         fields: dict[str, object] = {"pipeline": name, "batches": position,
                                      "generation": gen}
         if source == "checkpoint_id":
@@ -280,6 +298,12 @@ class ConveyorService:
                  previous or "none", extra=fields)
         return service_pb2.RestoreResponse(pipeline=hosted.info(self.address),
                                            batches=position)
+
+    @rpc_kinds.unary
+    def JoinJob(self, request: service_pb2.JoinJobRequest,
+                context: grpc.ServicerContext) -> service_pb2.JoinJobResponse:
+        caller = self.access.caller(context)
+        return self.jobs.join(request, "" if caller.operator else caller.identity)
 
     @rpc_kinds.unary
     def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,

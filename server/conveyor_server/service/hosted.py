@@ -32,6 +32,7 @@ from conveyor.errors import (
 )
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.service.jobs import share_message
 from conveyor_server.store.records import ANONYMOUS
 from conveyor_server.store.store import Store, StoredCheckpoint, check_name
 
@@ -185,6 +186,8 @@ class HostedPipeline:
             samples_replaced=self.engine.samples_replaced, run_id=self.run_id)
         if include_spec:
             info.spec.CopyFrom(self.engine.spec)
+        if self.engine.share.job:
+            info.job.CopyFrom(share_message(self.engine.share))
         info.epoch_sizes.update(self.engine.epoch_sizes())
         return info
 

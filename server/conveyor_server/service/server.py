@@ -31,6 +31,7 @@ from conveyor.channel import (
     server_keepalive,
 )
 from conveyor_server.engine.behaviour.measure import Behaviour
+from conveyor_server.engine.external_sources import NONE_REGISTERED, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.identity import Authenticator
@@ -53,6 +54,7 @@ def create_server(
     behaviour: Behaviour | None = None, worker_threads: int = 0,
     kill_points: KillPoints = NO_KILL_POINTS,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
+    external_sources: ExternalSources = NONE_REGISTERED,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     slots = StreamSlots(max_streams, first_message_s)
     authenticator = authenticator or Authenticator()
@@ -82,7 +84,8 @@ def create_server(
                               slots=slots,
                               drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour,
-                              worker_threads=worker_threads, kill_points=kill_points)
+                              worker_threads=worker_threads, kill_points=kill_points,
+                              external_sources=external_sources)
     service.access.authenticator = authenticator
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()

@@ -4,7 +4,9 @@ The first request names the pipeline and the consumer's position; later requests
 acknowledge what it consumed (read on a thread of their own). The send loop takes each
 batch from the engine, which computes ``prefetch_queue_depth`` batches ahead on its
 workers, and encodes its frames one at a time as gRPC takes them: no thread hand-off per
-batch, and no encoded copy of a whole batch held in memory. On a drain the stream
+batch, and no encoded copy of a whole batch held in memory. A GPU pipeline's batch is
+encoded straight from the pinned buffer its outputs were copied into, which is given back
+once its frames are sent. On a drain the stream
 checkpoints at the acknowledged position and ends with UNAVAILABLE carrying that
 checkpoint in trailing metadata.
 """
@@ -33,6 +35,7 @@ log = logging.getLogger("conveyor.server")
 POLL_S = 0.1
 
 Requests = Iterator[service_pb2.StreamBatchesRequest]
+Release = Callable[[], None]
 
 
 class BatchStreams:
@@ -91,14 +94,17 @@ class BatchStreams:
                 taken = self._next_batch(hosted, context, token, acks)
                 if taken is None:
                     return
-                index, batch = taken
+                index, batch, release = taken
                 samples = len(batch[0]) if batch else 0
                 self._observer.batch_waited(time.perf_counter() - started)
                 size = 0
-                for frame in encode_frames(index, batch):
-                    size += len(frame)
-                    yield frame
-                del batch
+                try:  # a GPU batch's frames are encoded from its output-ring slot
+                    for frame in encode_frames(index, batch):
+                        size += len(frame)
+                        yield frame
+                finally:
+                    del batch
+                    release()
                 hosted.record_sent(token, index + 1)
                 self._observer.batch_streamed(samples, size)
         except ConveyorError:
@@ -106,8 +112,9 @@ class BatchStreams:
             raise
 
     def _next_batch(self, hosted: HostedPipeline, context: grpc.ServicerContext,
-                    token: int, acks: AckReader) -> tuple[int, Batch] | None:
-        """The engine's next batch and its index, waiting in short steps so that a drain,
+                    token: int, acks: AckReader) -> tuple[int, Batch, Release] | None:
+        """The engine's next batch, its index and the call that frees its bytes (a GPU
+        batch's output-ring slot), waiting in short steps so that a drain,
         a fence, a newer consumer or a malformed acknowledgement is seen promptly; None
         when the client went away."""
         engine = hosted.engine
@@ -123,12 +130,12 @@ class BatchStreams:
                 if engine.next_ready(POLL_S):
                     failed = engine.samples_skipped, engine.samples_replaced
                     try:
-                        batch = engine.run()
+                        batch, release = engine.run_staged()
                     except DataFileError:
                         self._observer.decode_error()
                         raise
                     self._count_failed(failed, engine)
-                    return engine.batches_returned - 1, batch
+                    return engine.batches_returned - 1, batch, release
             if not context.is_active():
                 return None
 

@@ -20,7 +20,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from conveyor.errors import DeviceUnavailable
+from conveyor.errors import ConveyorError, DeviceUnavailable
 from conveyor.schema import decode_args, encode_arg, schema_of
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine.behaviour.probes import OP_PROBES, SOURCE_PROBES, Case, variant_of
@@ -107,11 +107,18 @@ def _op_digest(op_type: str, variant: str, device: str) -> bytes | None:
     h = hashlib.sha256(f"{op_type}[{variant}]".encode())
     for case in probe.cases(variant):
         ctx = _context(op_type, case, device)
-        for per in registry.forms(op_type):
+        gpu_form = device == "gpu" and bool(registry.forms(op_type, "gpu"))
+        for per in registry.forms(op_type, device):
             try:
                 op = registry.build(ctx, per)
             except DeviceUnavailable:
                 return None
+            except ConveyorError as exc:
+                if not gpu_form:
+                    raise
+                # A configuration the GPU form refuses (an interpolation, a type): behaviour.
+                h.update(f"raised {type(exc).__name__};".encode())
+                continue
             _run_case(h, op, case)
     return h.digest()[:DIGEST_BYTES]
 

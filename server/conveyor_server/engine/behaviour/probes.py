@@ -207,6 +207,25 @@ def _image_crop(variant: str) -> list[Case]:
     return [Case({"output_type": "BGR", "crop": [3.0, 4.0]}, files, input_layouts=("",))]
 
 
+@op_probe("decoders.image_slice")
+def _image_slice(variant: str) -> list[Case]:
+    files = [np.frombuffer(data, dtype=np.uint8).copy() for _, data in probe_files()]
+
+    def fed(anchor: list[float], shape: list[float]) -> list[tuple[Sequence[np.ndarray], Targs]]:
+        return [((f, np.array(anchor, dtype=np.float32), np.array(shape, dtype=np.float32)), {})
+                for f in files]
+
+    layouts = ("", "", "")
+    return [
+        Case({"output_type": "RGB"}, fed([0.25, 0.1], [0.5, 0.6]), layouts),
+        Case({"output_type": "GRAY", "normalized_anchor": False, "normalized_shape": False,
+              "axis_names": "HW"}, fed([1.0, 2.5], [3.0, 2.0]), layouts),
+        Case({"output_type": "BGR", "out_of_bounds_policy": "pad", "fill_values": [7.0]},
+             fed([-0.25, 0.5], [1.0, 0.75]), layouts),
+        Case({"out_of_bounds_policy": "trim_to_shape", "axes": [0]}, fed([0.5], [0.9]), layouts),
+    ]
+
+
 def _color_samples(extra: Targs) -> list[tuple[Sequence[np.ndarray], Targs]]:
     pictures = [p for p in images(("uint8", "float32")) if p.shape[2] == 3]
     pictures.append(image(6, 7, 3, "int16"))
@@ -280,5 +299,6 @@ def _file_order() -> list[np.ndarray]:
     return out
 
 
-# The readers' probes live beside, in their own module; importing it registers them.
-from conveyor_server.engine.behaviour import reader_probes  # noqa: E402, F401
+# The readers' and the external source's probes live beside, in their own modules;
+# importing them registers them.
+from conveyor_server.engine.behaviour import reader_probes, source_probes  # noqa: E402, F401

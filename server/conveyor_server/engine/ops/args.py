@@ -165,26 +165,68 @@ def crop_window(ctx: OpContext, *, required: bool) -> CropWindow | None:
                       pos_y=scalar_arg(ctx, "crop_pos_y", 0, 1))
 
 
+def crop_region(window: CropWindow, in_hw: tuple[int, int], targs: Targs,
+                policy: str) -> tuple[int, int, int, int]:
+    """The output's (y, x, height, width) in input coordinates under ``policy``: the window
+    ("pad": parts may lie outside the image), the part inside it ("trim_to_shape"), or
+    ``InvalidArgument`` when it does not fit ("error")."""
+    anchor = window.anchor(in_hw, targs)
+    region = window_region(anchor, window.size, in_hw, policy)
+    if region is None:
+        raise window.out_of_bounds(in_hw, anchor)
+    return region
+
+
+def window_region(anchor: tuple[int, int], size: tuple[int, int], in_hw: tuple[int, int],
+                  policy: str) -> tuple[int, int, int, int] | None:
+    """The (y, x, height, width) that a ``size`` window at ``anchor`` cuts from an ``in_hw``
+    image under ``policy``; None where it does not fit and the policy is "error"."""
+    (h, w), (y, x), (ch, cw) = in_hw, anchor, size
+    if y >= 0 and x >= 0 and y + ch <= h and x + cw <= w:
+        return y, x, ch, cw
+    if policy == "error":
+        return None
+    if policy == "trim_to_shape":
+        y0, y1, x0, x1 = max(y, 0), min(y + ch, h), max(x, 0), min(x + cw, w)
+        return y0, x0, max(y0, y1) - y0, max(x0, x1) - x0
+    return y, x, ch, cw
+
+
 def crop_image(window: CropWindow, image: np.ndarray, targs: Targs, policy: str,
                fill_values: Sequence[float]) -> np.ndarray:
     """Crop ``image`` under ``policy``; a view for "error" and "trim_to_shape", else a copy."""
+    h, w, _ = image.shape
+    anchor = window.anchor((h, w), targs)
+    out = cut_window(window.op, image, anchor, window.size, policy, fill_values)
+    if out is None:
+        raise window.out_of_bounds((h, w), anchor)
+    return out
+
+
+def cut_window(op: str, image: np.ndarray, anchor: tuple[int, int], size: tuple[int, int],
+               policy: str, fill_values: Sequence[float]) -> np.ndarray | None:
+    """The ``size`` (h, w) window of ``image`` at ``anchor`` (y, x) under ``policy``: a view
+    where it fits or is trimmed ("trim_to_shape"), a filled copy ("pad"); None where it does
+    not fit and the policy is "error"."""
     h, w, channels = image.shape
-    y, x = window.anchor((h, w), targs)
-    ch, cw = window.size
-    inside = y >= 0 and x >= 0 and y + ch <= h and x + cw <= w
-    if inside:
+    region = window_region(anchor, size, (h, w), policy)
+    if region is None:
+        return None
+    y, x, ch, cw = region
+    if policy != "pad" or (y >= 0 and x >= 0 and y + ch <= h and x + cw <= w):
         return image[y:y + ch, x:x + cw]
-    if policy == "error":
-        raise window.out_of_bounds((h, w), (y, x))
     y0, y1, x0, x1 = max(y, 0), min(y + ch, h), max(x, 0), min(x + cw, w)
-    if policy == "trim_to_shape":
-        return image[y0:max(y0, y1), x0:max(x0, x1)]
-    fill = per_channel(window.op, "fill_values", fill_values, channels)
     out = np.empty((ch, cw, channels), dtype=image.dtype)
-    out[...] = _saturated(fill, image.dtype)  # pad: fill, then copy the part that overlaps
-    if y1 > y0 and x1 > x0:
+    out[...] = crop_fill(op, fill_values, channels, image.dtype)  # pad: fill, then
+    if y1 > y0 and x1 > x0:  # copy the part that overlaps
         out[y0 - y:y1 - y, x0 - x:x1 - x] = image[y0:y1, x0:x1]
     return out
+
+
+def crop_fill(op: str, fill_values: Sequence[float], channels: int,
+              dtype: np.dtype) -> np.ndarray:
+    """The padding of a crop, one value per channel in ``dtype``."""
+    return _saturated(per_channel(op, "fill_values", fill_values, channels), dtype)
 
 
 def _saturated(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

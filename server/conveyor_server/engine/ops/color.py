@@ -9,6 +9,7 @@ Values are computed in float32 and converted to the output type with ``saturate_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -28,49 +29,85 @@ def _getters(ctx: OpContext, *names: str) -> list[ArgGetter]:
     return [scalar_arg(ctx, name) for name in names]
 
 
-def _out_dtype(ctx: OpContext, image: np.ndarray) -> np.dtype:
+def out_dtype(ctx: OpContext, in_dtype: np.dtype) -> np.dtype:
     dtype = ctx.args["dtype"]
-    return image.dtype if dtype == "" else np.dtype(dtype)
+    return in_dtype if dtype == "" else np.dtype(dtype)
 
 
-def _check(ctx: OpContext, image: np.ndarray, rgb: bool) -> None:
+def check_color_input(ctx: OpContext, image: Any, rgb: bool) -> None:
+    """``InvalidArgument`` unless ``image`` (an array on any device) is an HWC image of a
+    type the colour operators take, with 3 channels where ``rgb``."""
     check_image(ctx.op_type, image, COLOR_INPUTS)
     if rgb and image.shape[2] != 3:
         raise InvalidArgument(f"{ctx.op_type}: expects RGB images (3 channels), got "
                               f"{image.shape[2]}")
 
 
-@register("brightness_contrast")
-def build_brightness_contrast(ctx: OpContext) -> SampleOp:
+#: A colour operator's parameters for one sample: (``targs``, input type, output type) to
+#: the float32 coefficients its pixels are computed with. The CPU operators and the GPU
+#: ones (``engine/cuda``) both call these.
+ColorParams = Callable[[Targs, np.dtype, np.dtype], np.ndarray]
+
+
+def brightness_contrast_params(ctx: OpContext) -> ColorParams:
+    """(mul, add), float32: ``out = in * mul + add``."""
     brightness, shift, contrast = _getters(ctx, "brightness", "brightness_shift", "contrast")
     center_given = ctx.args["contrast_center"] is not None or "contrast_center" in ctx.tensor_args
     center = scalar_arg(ctx, "contrast_center") if center_given else None
 
-    def run(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        image = inputs[0]
-        _check(ctx, image, rgb=False)
-        dtype = _out_dtype(ctx, image)
-        mid = center(targs) if center is not None else color_params.half_range(image.dtype)
+    def params(targs: Targs, in_dtype: np.dtype, out_dtype: np.dtype) -> np.ndarray:
+        mid = center(targs) if center is not None else color_params.half_range(in_dtype)
         mul, add = color_params.brightness_contrast(
             brightness(targs), shift(targs), contrast(targs), mid,
-            color_params.output_range(dtype))
+            color_params.output_range(out_dtype))
+        return np.array([mul, add], dtype=np.float32)
+
+    return params
+
+
+def hsv_params(ctx: OpContext) -> ColorParams:
+    """The 3x4 affine map of RGB pixels, float32."""
+    hue, saturation, value = _getters(ctx, "hue", "saturation", "value")
+    return lambda targs, in_dtype, out_dtype: _affine(
+        color_params.hsv_matrix(hue(targs), saturation(targs), value(targs)), 0.0)
+
+
+def color_twist_params(ctx: OpContext) -> ColorParams:
+    """The 3x4 affine map of RGB pixels, float32."""
+    hue, saturation, value, brightness, contrast = _getters(
+        ctx, "hue", "saturation", "value", "brightness", "contrast")
+    return lambda targs, in_dtype, out_dtype: _affine(*color_params.color_twist(
+        hue(targs), saturation(targs), value(targs), brightness(targs), contrast(targs),
+        color_params.half_range(in_dtype)))
+
+
+def _affine(matrix: np.ndarray, offset: float) -> np.ndarray:
+    return np.hstack([matrix, np.full((3, 1), offset)]).astype(np.float32)
+
+
+@register("brightness_contrast")
+def build_brightness_contrast(ctx: OpContext) -> SampleOp:
+    params = brightness_contrast_params(ctx)
+
+    def run(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        image = inputs[0]
+        check_color_input(ctx, image, rgb=False)
+        dtype = out_dtype(ctx, image.dtype)
+        mul, add = params(targs, image.dtype, dtype)
         work = image.astype(np.float32)
-        np.multiply(work, np.float32(mul), out=work)
-        np.add(work, np.float32(add), out=work)
+        np.multiply(work, mul, out=work)
+        np.add(work, add, out=work)
         return (work if dtype == np.float32 else saturate_cast(work, dtype),)
 
     return SampleOp(fn=run, layouts=("HWC",))
 
 
-def _matrix_op(ctx: OpContext,
-               matrix_of: Callable[[Targs, np.dtype], tuple[np.ndarray, float]]) -> SampleOp:
+def _matrix_op(ctx: OpContext, params: ColorParams) -> SampleOp:
     def run(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
-        _check(ctx, image, rgb=True)
-        dtype = _out_dtype(ctx, image)
-        matrix, offset = matrix_of(targs, image.dtype)
-        affine = np.hstack([matrix, np.full((3, 1), offset)]).astype(np.float32)
-        work = cv2.transform(image.astype(np.float32), affine)
+        check_color_input(ctx, image, rgb=True)
+        dtype = out_dtype(ctx, image.dtype)
+        work = cv2.transform(image.astype(np.float32), params(targs, image.dtype, dtype))
         return (work if dtype == np.float32 else saturate_cast(work, dtype),)
 
     return SampleOp(fn=run, layouts=("HWC",))
@@ -78,15 +115,9 @@ def _matrix_op(ctx: OpContext,
 
 @register("hsv")
 def build_hsv(ctx: OpContext) -> SampleOp:
-    hue, saturation, value = _getters(ctx, "hue", "saturation", "value")
-    return _matrix_op(ctx, lambda targs, _: (
-        color_params.hsv_matrix(hue(targs), saturation(targs), value(targs)), 0.0))
+    return _matrix_op(ctx, hsv_params(ctx))
 
 
 @register("color_twist")
 def build_color_twist(ctx: OpContext) -> SampleOp:
-    hue, saturation, value, brightness, contrast = _getters(
-        ctx, "hue", "saturation", "value", "brightness", "contrast")
-    return _matrix_op(ctx, lambda targs, dtype: color_params.color_twist(
-        hue(targs), saturation(targs), value(targs), brightness(targs), contrast(targs),
-        color_params.half_range(dtype)))
+    return _matrix_op(ctx, color_twist_params(ctx))

@@ -2,7 +2,8 @@
 
 On the CPU, OpenCV decodes (it releases the GIL while it works): JPEG (baseline,
 progressive, grayscale, CMYK), PNG, BMP, TIFF, WebP and whatever else the installed build
-reads. As DALI: EXIF orientation is applied, an alpha channel is dropped, 16-bit samples
+reads. On ``device="mixed"`` a whole batch is decoded on the GPU (``decode_mixed.py``).
+As DALI: EXIF orientation is applied, an alpha channel is dropped, 16-bit samples
 are scaled to 8 bits, and GRAY output keeps a channel axis of 1.
 
 Errors about the data raise ``DataFileError``; the engine adds the file's path. An image
@@ -14,18 +15,16 @@ at start, refuses what the header parser does not read.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping, Sequence
 
 import cv2
 import numpy as np
 
-from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, ResourceExhausted
+from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted
 from conveyor_server.engine import image_header
-from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import jpeg_fast, jpeg_markers
-from conveyor_server.engine.ops.registry import OpContext, SampleFn, SampleOp, register
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 #: The decoder library and version; part of the engine's identity in checkpoints.
 DECODER_ID = f"opencv {cv2.__version__}; {jpeg_fast.VERSION}"
@@ -122,13 +121,11 @@ def _opencv_cap(fmt: str) -> ResourceExhausted:
                              "limits.max_image_pixels): it was not decoded")
 
 
-def decode_image(data: np.ndarray, output_type: str,
-                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
-    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
-    An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
-    in a format the header parser does not read, by OpenCV's cap or after decoding."""
+def check_file(data: np.ndarray, limits: EngineLimits, op: str = OP) -> str:
+    """What every decoder checks before decoding (the GPU's too): a file's bytes, not empty,
+    a JPEG not cut short, a declared size within the limits. Returns the file's format."""
     if data.dtype != np.uint8 or data.ndim != 1:
-        raise InvalidArgument(f"{OP}: expects a file's bytes as a 1-D uint8 array, got "
+        raise InvalidArgument(f"{op}: expects a file's bytes as a 1-D uint8 array, got "
                               f"{data.dtype} of shape {data.shape}")
     if data.size == 0:
         raise DataFileError("cannot decode the image: the file is empty (0 bytes)")
@@ -136,6 +133,15 @@ def decode_image(data: np.ndarray, output_type: str,
     if fmt == "JPEG":
         check_jpeg_complete(data)
     check_declared_size(data, limits)
+    return fmt
+
+
+def decode_image(data: np.ndarray, output_type: str,
+                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
+    """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
+    An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
+    in a format the header parser does not read, by OpenCV's cap or after decoding."""
+    fmt = check_file(data, limits)
     if fmt == "JPEG":
         fast = jpeg_fast.decode(data, output_type)
         if fast is not None:
@@ -169,50 +175,8 @@ def decode_image(data: np.ndarray, output_type: str,
 def build_decode(ctx: OpContext) -> SampleOp:
     output_type = ctx.args["output_type"]
     limits = ctx.limits
-    if ctx.device != "cpu":
-        return SampleOp(fn=_gpu_decoder(ctx.device, output_type, limits), layouts=("HWC",),
-                        device="gpu")
 
     def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         return (decode_image(inputs[0], output_type, limits),)
 
     return SampleOp(fn=decode, layouts=("HWC",))
-
-
-# -- GPU path (device "mixed" / "gpu") ---------------------------------------------------
-# Not exercised by the tests: it needs a CUDA machine with nvImageCodec installed.
-
-
-def _gpu_decoder(device: str, output_type: str, limits: EngineLimits) -> SampleFn:
-    """A decode function on nvImageCodec, or ``DeviceUnavailable`` why there is none."""
-    if cuda_device_count() == 0:
-        raise DeviceUnavailable(f"{OP}: device={device!r} needs a CUDA device, and this "
-                                "machine has none (use device='cpu')")
-    try:
-        from nvidia import nvimgcodec
-    except ImportError:
-        raise DeviceUnavailable(f"{OP}: device={device!r}: the GPU decoder (nvImageCodec) is "
-                                "not available in this build (use device='cpu')") from None
-    color = nvimgcodec.ColorSpec.GRAY if output_type == "GRAY" else nvimgcodec.ColorSpec.RGB
-    params = nvimgcodec.DecodeParams(color_spec=color, allow_any_depth=False,
-                                     apply_exif_orientation=True)
-    local = threading.local()  # one decoder per engine thread
-
-    def decode(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        decoder = getattr(local, "decoder", None)
-        if decoder is None:
-            decoder = local.decoder = nvimgcodec.Decoder()
-        check_declared_size(inputs[0], limits)
-        image = decoder.decode(inputs[0].tobytes(), params=params)
-        if image is None:
-            raise DataFileError(f"cannot decode the image ({inputs[0].size} bytes): "
-                                "nvImageCodec failed")
-        # The engine is CPU-first: the decoded image comes back to host memory.
-        out = np.asarray(image.cpu())
-        if out.ndim == 2:
-            out = out[:, :, np.newaxis]
-        if output_type == "BGR":
-            out = out[:, :, ::-1]
-        return (np.ascontiguousarray(out),)
-
-    return decode

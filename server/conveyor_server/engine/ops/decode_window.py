@@ -1,5 +1,6 @@
 """Decoders that output a window of the image: ``decoders.image_random_crop`` (the random
-window of ``random_resized_crop``) and ``decoders.image_crop`` (``crop``'s window).
+window of ``random_resized_crop``), ``decoders.image_crop`` (``crop``'s window) and
+``decoders.image_slice`` (a window given per sample by its ``anchor`` and ``shape`` inputs).
 
 Each is defined as decoding the whole image (``decode.decode_image``) and cropping it, and
 gives exactly those bytes. A cheaper decode of the window alone is used only where it is
@@ -11,11 +12,20 @@ decoded image's size, which is the header's (``image_header.py``) after EXIF ori
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from conveyor_server.engine.ops.args import Targs, crop_image, crop_window
+from conveyor.errors import InvalidArgument
+from conveyor_server.engine.ops.args import (
+    Targs,
+    crop_image,
+    crop_window,
+    cut_window,
+    round_half_away,
+)
 from conveyor_server.engine.ops.decode import decode_image
 from conveyor_server.engine.ops.random_resized_crop import params_of, sample_index
 from conveyor_server.engine.ops.random_window import random_window, window_draws
@@ -48,3 +58,74 @@ def build_image_crop(ctx: OpContext) -> SampleOp:
         return (np.ascontiguousarray(crop_image(window, image, targs, "error", (0.0,))),)
 
     return SampleOp(fn=image_crop, layouts=("HWC",))
+
+
+#: Axis names of the slice's anchor and shape: index 0 is the image's height, 1 its width.
+_AXIS_INDEX = {"H": 0, "W": 1}
+
+
+def slice_axes(args: Mapping[str, Any]) -> tuple[int, ...]:
+    """The image axes (0: height, 1: width) the anchor and shape give, in their order:
+    ``axis_names`` when given, else ``axes`` (DALI's default ``"WH"``, that is (1, 0))."""
+    names = args["axis_names"]
+    axes = tuple(_AXIS_INDEX[n] for n in names) if names else tuple(args["axes"])
+    if len(set(axes)) != len(axes):
+        raise InvalidArgument(f"decoders.image_slice: argument "
+                              f"'{'axis_names' if names else 'axes'}' names an axis twice")
+    return axes
+
+
+def slice_window(hw: tuple[int, int], anchor: np.ndarray, shape: np.ndarray,
+                 axes: tuple[int, ...], normalized_anchor: bool,
+                 normalized_shape: bool) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((y, x), (h, w)) of one sample's slice. Per axis, with the anchor ``a`` and shape
+    ``s`` in pixels (times the extent where normalized), the slice runs from ``round(a)``
+    to ``round(a + s)``, halves away from zero; axes not given are whole."""
+    start, size = [0, 0], [hw[0], hw[1]]
+    given = {"anchor": np.asarray(anchor, dtype=np.float64).reshape(-1),
+             "shape": np.asarray(shape, dtype=np.float64).reshape(-1)}
+    for name, values in given.items():
+        if values.size != len(axes) or not all(math.isfinite(v) for v in values):
+            raise InvalidArgument(f"decoders.image_slice: input '{name}' must hold "
+                                  f"{len(axes)} finite numbers (one per axis), got "
+                                  f"{values.tolist()}")
+    for k, axis in enumerate(axes):
+        a, s = float(given["anchor"][k]), float(given["shape"][k])
+        a = a * hw[axis] if normalized_anchor else a
+        s = s * hw[axis] if normalized_shape else s
+        start[axis] = round_half_away(a)
+        size[axis] = round_half_away(a + s) - start[axis]
+        if size[axis] < 1:
+            raise InvalidArgument(f"decoders.image_slice: the slice is {size[axis]} pixels "
+                                  f"along axis {'HW'[axis]} (shape {s:g} from anchor {a:g}): "
+                                  "each extent must be at least 1")
+    return (start[0], start[1]), (size[0], size[1])
+
+
+@register("decoders.image_slice")
+def build_image_slice(ctx: OpContext) -> SampleOp:
+    args, op, limits = ctx.args, ctx.op_type, ctx.limits
+    output_type, policy = args["output_type"], args["out_of_bounds_policy"]
+    fill_values = args["fill_values"] or (0.0,)
+    axes = slice_axes(args)
+
+    def image_slice(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        image = decode_image(inputs[0], output_type, limits)
+        h, w = image.shape[:2]
+        anchor, size = slice_window((h, w), inputs[1], inputs[2], axes,
+                                    args["normalized_anchor"], args["normalized_shape"])
+        if policy == "pad":
+            limits.check_output((*size, image.shape[2]), image.dtype)
+        out = cut_window(op, image, anchor, size, policy, fill_values)
+        if out is None:
+            raise InvalidArgument(
+                f"{op}: the {size[0]}x{size[1]} slice at (y={anchor[0]}, x={anchor[1]}) does "
+                f"not fit in the {h}x{w} image (out_of_bounds_policy='error'; 'pad' or "
+                "'trim_to_shape' allow it)")
+        if 0 in out.shape:
+            raise InvalidArgument(f"{op}: the slice at (y={anchor[0]}, x={anchor[1]}) is "
+                                  f"outside the {h}x{w} image: nothing is left to trim to")
+        # A view into the decoded image is copied; a padded window is a new array already.
+        return (np.array(out, order="C", copy=True) if out.base is not None else out,)
+
+    return SampleOp(fn=image_slice, layouts=("HWC",))

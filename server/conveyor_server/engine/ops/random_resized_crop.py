@@ -21,6 +21,7 @@ from conveyor_server.engine.ops.args import (
     round_half_away,
 )
 from conveyor_server.engine.ops.random_window import (
+    Window,
     WindowParams,
     random_window,
     window_draws,
@@ -40,20 +41,30 @@ def sample_index(targs: Targs) -> int:
     return int(np.asarray(targs[SAMPLE_INDEX]).reshape(()))
 
 
+def output_size(ctx: OpContext) -> tuple[int, int]:
+    size = ctx.args["size"]
+    return max(1, round_half_away(size[0])), max(1, round_half_away(size[-1]))
+
+
+def sample_window(ctx: OpContext, params: WindowParams, in_hw: tuple[int, int],
+                  targs: Targs) -> Window:
+    """The sample's crop window, drawn by its global index (CPU and GPU operators alike)."""
+    draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
+    return random_window(in_hw[0], in_hw[1], params, draws)
+
+
 @register("random_resized_crop")
 def build_random_resized_crop(ctx: OpContext) -> SampleOp:
     op, args = ctx.op_type, ctx.args
     params = params_of(ctx)
-    size = args["size"]
-    out_hw = (max(1, round_half_away(size[0])), max(1, round_half_away(size[-1])))
+    out_hw = output_size(ctx)
     interp_type, antialias = args["interp_type"], bool(args["antialias"])
 
     def random_resized_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
         check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
         ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
-        draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
-        win = random_window(image.shape[0], image.shape[1], params, draws)
+        win = sample_window(ctx, params, (image.shape[0], image.shape[1]), targs)
         view = np.ascontiguousarray(image[win.y:win.y + win.h, win.x:win.x + win.w])
         return (resize_image(view, out_hw, interp_type, antialias),)
 

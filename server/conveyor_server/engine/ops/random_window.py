@@ -74,9 +74,7 @@ def window_params(op: str, random_area: Sequence[float], random_aspect_ratio: Se
 
 def window_draws(seed: int, op_index: int, sample_index: int, params: WindowParams) -> np.ndarray:
     """The uniform draws in [0, 1) one sample's window uses (``params.num_draws``)."""
-    index = np.array([sample_index], dtype=np.uint64)
-    return np.array([keyed_random.uniform01(seed, op_index, index, d)[0]
-                     for d in range(params.num_draws)])
+    return keyed_random.uniform01_draws(seed, op_index, sample_index, params.num_draws)
 
 
 def random_window(height: int, width: int, params: WindowParams, draws: np.ndarray) -> Window:

@@ -22,16 +22,21 @@ and returns what runs:
   sample). The engine runs it once per batch, at a barrier after the samples' earlier steps.
   An error about one sample is raised as ``SampleFailed(index, error)``.
 
-Either declares the device it computes on. ``fn`` must be pure: same inputs, same outputs,
-on any thread. Operators that keep state are not registered here: they are source stages
-(see ``conveyor_server.engine.stages``); their values reach the operators through
-``targs``, keyed by global sample index, so a batched operator sees the same values as the
-per-sample one. An operator whose random draws depend on its input (a crop window drawn
-for the image's size) declares ``keyed=True``: the engine then passes each sample's global
-index in ``targs[SAMPLE_INDEX]``, and the operator keys its draws by (``ctx.seed``, its
-index, that sample index, draw), so it stays a pure function with nothing to checkpoint.
-Where an operator has both forms, the engine picks one (``Pipeline(batch_ops=...)``); both
-must give the same bytes.
+Either declares the device it computes on. A builder serves the spec devices it is
+registered for (``devices``, "cpu" unless told): ``@register("decoders.image", per=BATCH,
+devices=("mixed", "gpu"))`` is the form a ``device="mixed"`` decoder is built in, while
+the CPU decoder stays per sample. A ``BatchOp`` on a GPU takes and returns device batches:
+a list of CuPy arrays, HWC, one per sample, on the pipeline's ``device_id``, complete on
+the legacy default stream (``engine/gpu_staging.py`` copies them out). ``fn`` must be
+pure: same inputs, same outputs, on any thread. Operators that keep state are not
+registered here: they are source stages (see ``conveyor_server.engine.stages``); their
+values reach the operators through ``targs``, keyed by global sample index, so a batched
+operator sees the same values as the per-sample one. An operator whose random draws depend
+on its input (a crop window drawn for the image's size) declares ``keyed=True``: the
+engine then passes each sample's global index in ``targs[SAMPLE_INDEX]``, and the operator
+keys its draws by (``ctx.seed``, its index, that sample index, draw), so it stays a pure
+function with nothing to checkpoint. Where an operator has both forms, the engine picks
+one (``Pipeline(batch_ops=...)``); both must give the same bytes.
 """
 
 from __future__ import annotations
@@ -74,6 +79,9 @@ class OpContext:
     limits: EngineLimits = NO_LIMITS
     #: The seed its keyed draws use: its ``seed`` argument, else the pipeline's.
     seed: int = 0
+    #: The pipeline's CUDA device ordinal (``PipelineSpec.device_id``); -1: none named,
+    #: the current device (0 unless the process chose another).
+    device_id: int = -1
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,9 @@ class BatchOp:
     fn: BatchFn
     layouts: tuple[str, ...]
     device: Device = "cpu"
+    #: Draws keyed random numbers: gets the samples' global indices in
+    #: ``targs[SAMPLE_INDEX]``.
+    keyed: bool = False
     per: ClassVar[Per] = BATCH
 
 
@@ -109,36 +120,53 @@ class SampleFailed(Exception):
         self.error = error
 Builder = Callable[[OpContext], BuiltOp]
 
+#: The CPU builders, by (operator, form); builders for other devices by (operator, form,
+#: spec device).
 _BUILDERS: dict[tuple[str, Per], Builder] = {}
+_DEVICE_BUILDERS: dict[tuple[str, Per, str], Builder] = {}
+CPU_ONLY: Final = ("cpu",)
 
 
-def register(op_type: str, per: Per = SAMPLE) -> Callable[[Builder], Builder]:
+def register(op_type: str, per: Per = SAMPLE,
+             devices: Sequence[str] = CPU_ONLY) -> Callable[[Builder], Builder]:
     def add(builder: Builder) -> Builder:
-        if (op_type, per) in _BUILDERS:
-            raise ValueError(f"operator {op_type!r} is already registered per {per}")
-        _BUILDERS[op_type, per] = builder
+        for device in devices:
+            table: dict[Any, Builder] = _BUILDERS if device == "cpu" else _DEVICE_BUILDERS
+            key = (op_type, per) if device == "cpu" else (op_type, per, device)
+            if key in table:
+                raise ValueError(f"operator {op_type!r} is already registered per {per} on "
+                                 f"{device}")
+            table[key] = builder
         return builder
 
     return add
 
 
-def builder_for(op_type: str, per: Per = SAMPLE) -> Builder:
-    _load_builtin_ops()
-    try:
-        return _BUILDERS[op_type, per]
-    except KeyError:
-        raise KeyError(f"no per-{per} operator {op_type!r} is registered") from None
+def _lookup(op_type: str, per: Per, device: str) -> Builder | None:
+    if device in ("", "cpu"):
+        return _BUILDERS.get((op_type, per))
+    return _DEVICE_BUILDERS.get((op_type, per, device))
 
 
-def forms(op_type: str) -> tuple[Per, ...]:
-    """The forms ``op_type`` is registered in (per sample, per batch), in that order."""
+def builder_for(op_type: str, per: Per = SAMPLE, device: str = "cpu") -> Builder:
     _load_builtin_ops()
-    return tuple(per for per in (SAMPLE, BATCH) if (op_type, per) in _BUILDERS)
+    builder = _lookup(op_type, per, device)
+    if builder is None:
+        on = "" if device in ("", "cpu") else f" on {device}"
+        raise KeyError(f"no per-{per} operator {op_type!r} is registered{on}")
+    return builder
+
+
+def forms(op_type: str, device: str = "cpu") -> tuple[Per, ...]:
+    """The forms ``op_type`` is registered in on ``device`` (per sample, per batch), in
+    that order."""
+    _load_builtin_ops()
+    return tuple(per for per in (SAMPLE, BATCH) if _lookup(op_type, per, device) is not None)
 
 
 def build(ctx: OpContext, per: Per) -> BuiltOp:
     """Build ``ctx``'s operator in the form ``per``; the builder must return that form."""
-    built = builder_for(ctx.op_type, per)(ctx)
+    built = builder_for(ctx.op_type, per, ctx.device)(ctx)
     if built.per != per:
         raise TypeError(f"the per-{per} builder of {ctx.op_type!r} returned a per-{built.per} "
                         "operator")
@@ -152,10 +180,12 @@ def registered() -> list[str]:
 
 def _load_builtin_ops() -> None:
     # Importing the modules registers their operators.
+    from conveyor_server.engine.cuda import ops  # noqa: F401  (the GPU forms)
     from conveyor_server.engine.ops import (  # noqa: F401
         color,
         crop,
         decode,
+        decode_mixed,
         decode_window,
         normalize,
         normalize_batch,

@@ -26,6 +26,7 @@ from conveyor_server.engine.ops.args import (
     with_channels,
 )
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
+from conveyor_server.engine.ops.resize_filters import resize_steps
 
 
 @dataclass(frozen=True)
@@ -118,45 +119,65 @@ def _cv_resize(image: np.ndarray, out_hw: tuple[int, int], interp: int) -> np.nd
 
 def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
                  antialias: bool) -> np.ndarray:
-    """Resize an HWC image to ``out_hw``.
+    """Resize an HWC image to ``out_hw``, in the steps ``resize_steps`` chooses.
 
     DALI antialiases downscaling by widening its filter. OpenCV's ``INTER_AREA`` does the
     same for the linear filter, so linear + antialias uses it along each shrinking axis;
     cubic and lanczos3 are not antialiased here (a simplification).
     """
-    (h, w), (out_h, out_w) = image.shape[:2], out_hw
-    if out_hw == (h, w):
+    steps = resize_steps((image.shape[0], image.shape[1]), out_hw, interp_type, antialias)
+    if not steps:
         return image.copy()
-    if not (antialias and interp_type == "linear") or (out_h >= h and out_w >= w):
-        return _cv_resize(image, out_hw, INTERP[interp_type])
-    if out_h <= h and out_w <= w:
-        return _cv_resize(image, out_hw, cv2.INTER_AREA)
-    # One axis shrinks and the other grows: area-average along the shrinking one first.
-    if out_w < w:
-        narrow = _cv_resize(image, (h, out_w), cv2.INTER_AREA)
-    else:
-        narrow = _cv_resize(image, (out_h, w), cv2.INTER_AREA)
-    return _cv_resize(narrow, out_hw, cv2.INTER_LINEAR)
+    out = image
+    for step_hw, method in steps:
+        out = _cv_resize(out, step_hw, cv2.INTER_AREA if method == "area" else INTERP[method])
+    return out
+
+
+@dataclass(frozen=True)
+class ResizeArgs:
+    """``resize``'s arguments, read once: the output size per sample, shared by the CPU
+    operator and the GPU one (``engine/cuda``)."""
+
+    op: str
+    request: ResizeRequest
+    requested: Callable[[Targs], tuple[float, float]]
+    interp_type: str
+    antialias: bool
+    #: "" keeps the input type (DALI); "float32" or "uint8".
+    dtype: str
+
+    def output_size(self, in_hw: tuple[int, int], targs: Targs) -> tuple[int, int]:
+        return self.request.output_size(in_hw, self.requested(targs))
+
+    def work_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The type the resize computes in (and outputs), or ``InvalidArgument``."""
+        if self.dtype == "float32":
+            return np.dtype(np.float32)  # resample in float: no rounding to the input type
+        if self.dtype == "uint8" and dtype != np.uint8:
+            # DALI: the output type must be the input type or float.
+            raise InvalidArgument(f"{self.op}: dtype='uint8' needs uint8 images, got {dtype}")
+        return dtype
+
+
+def resize_args(ctx: OpContext) -> ResizeArgs:
+    return ResizeArgs(ctx.op_type, _resize_request(ctx), _requested_size(ctx),
+                      ctx.args["interp_type"], bool(ctx.args["antialias"]), ctx.args["dtype"])
 
 
 @register("resize")
 def build_resize(ctx: OpContext) -> SampleOp:
-    op, args = ctx.op_type, ctx.args
-    request = _resize_request(ctx)
-    requested = _requested_size(ctx)
-    interp_type, antialias = args["interp_type"], bool(args["antialias"])
-    out_dtype = args["dtype"]  # "" keeps the input type (DALI); "float32" or "uint8"
+    op = ctx.op_type
+    params = resize_args(ctx)
 
     def resize(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
         check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
-        if out_dtype == "float32" and image.dtype != np.float32:
-            image = image.astype(np.float32)  # resample in float: no rounding to the input type
-        elif out_dtype == "uint8" and image.dtype != np.uint8:
-            # DALI: the output type must be the input type or float.
-            raise InvalidArgument(f"{op}: dtype='uint8' needs uint8 images, got {image.dtype}")
-        out_hw = request.output_size((image.shape[0], image.shape[1]), requested(targs))
+        work = params.work_dtype(image.dtype)
+        if work != image.dtype:
+            image = image.astype(work)
+        out_hw = params.output_size((image.shape[0], image.shape[1]), targs)
         ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
-        return (resize_image(image, out_hw, interp_type, antialias),)
+        return (resize_image(image, out_hw, params.interp_type, params.antialias),)
 
     return SampleOp(fn=resize, layouts=("HWC",))

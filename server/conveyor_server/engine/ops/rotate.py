@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -23,6 +24,7 @@ from conveyor.errors import InvalidArgument, SpecError
 from conveyor_server.engine.ops.args import (
     INTERP,
     WARP_DTYPES,
+    ArgGetter,
     Targs,
     check_image,
     per_channel,
@@ -108,8 +110,39 @@ _VIA_FOUR_INTERP = frozenset((cv2.INTER_NEAREST, cv2.INTER_LINEAR))
 _VIA_FOUR_DTYPES = frozenset(np.dtype(t) for t in ("uint8", "uint16", "float32"))
 
 
-@register("rotate")
-def build_rotate(ctx: OpContext) -> SampleOp:
+@dataclass(frozen=True)
+class RotateArgs:
+    """``rotate``'s arguments, read once: the per-sample geometry and fill both the CPU
+    operator and the GPU one (``engine/cuda``) compute from."""
+
+    op: str
+    #: (height, width) given by ``size``, else None.
+    out_size: tuple[int, int] | None
+    keep_size: bool
+    angle: ArgGetter
+    interp_type: str
+    #: None replicates the border (DALI's default).
+    fill_value: Sequence[float] | None
+
+    def geometry(self, in_hw: tuple[int, int], targs: Targs) -> tuple[tuple[int, int], np.ndarray]:
+        """The output (height, width) and the output-to-input matrix for one sample."""
+        degrees = self.angle(targs)
+        if self.out_size is not None:
+            out_hw = self.out_size
+        elif self.keep_size:
+            out_hw = in_hw
+        else:
+            out_hw = rotated_canvas(in_hw[0], in_hw[1], degrees)
+        return out_hw, rotation_matrix(in_hw, out_hw, degrees)
+
+    def fill(self, channels: int) -> np.ndarray | None:
+        """One fill value per channel, or None to replicate the border."""
+        if self.fill_value is None:
+            return None
+        return per_channel(self.op, "fill_value", self.fill_value, channels)
+
+
+def rotate_args(ctx: OpContext) -> RotateArgs:
     op, args = ctx.op_type, ctx.args
     size = args["size"]
     if size is not None and args["keep_size"]:
@@ -117,31 +150,27 @@ def build_rotate(ctx: OpContext) -> SampleOp:
     # DALI reads `size` in tensor-shape order: (height, width) for HWC images.
     out_size = None if size is None else (max(1, round_half_away(size[0])),
                                           max(1, round_half_away(size[1])))
-    keep_size = bool(args["keep_size"])
-    angle = scalar_arg(ctx, "angle")
-    interp = INTERP[args["interp_type"]]
     # DALI's warps interpolate with nn or linear only; cubic and lanczos3 are extras here.
-    fill_value = args["fill_value"] or None  # unset or empty: replicate the border (DALI)
+    return RotateArgs(op, out_size, bool(args["keep_size"]), scalar_arg(ctx, "angle"),
+                      args["interp_type"], args["fill_value"] or None)
+
+
+@register("rotate")
+def build_rotate(ctx: OpContext) -> SampleOp:
+    op = ctx.op_type
+    params = rotate_args(ctx)
+    interp = INTERP[params.interp_type]
 
     def rotate(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
         check_image(op, image, WARP_DTYPES)
-        degrees = angle(targs)
         in_hw = (image.shape[0], image.shape[1])
-        if out_size is not None:
-            out_hw = out_size
-        elif keep_size:
-            out_hw = in_hw
-        else:
-            out_hw = rotated_canvas(in_hw[0], in_hw[1], degrees)
+        out_hw, matrix = params.geometry(in_hw, targs)
         ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
         if interp == cv2.INTER_LANCZOS4 and max(*in_hw, *out_hw) >= LANCZOS_MAX_EXTENT:
             raise InvalidArgument(f"{op}: interp_type='lanczos3' takes images up to "
                                   f"{LANCZOS_MAX_EXTENT - 1} pixels high or wide (OpenCV's "
                                   f"limit), got {in_hw[0]}x{in_hw[1]} -> {out_hw[0]}x{out_hw[1]}")
-        fill = None if fill_value is None else \
-            per_channel(op, "fill_value", fill_value, image.shape[2])
-        matrix = rotation_matrix(in_hw, out_hw, degrees)
-        return (warp_affine(image, matrix, out_hw, interp, fill),)
+        return (warp_affine(image, matrix, out_hw, interp, params.fill(image.shape[2])),)
 
     return SampleOp(fn=rotate, layouts=("HWC",))

@@ -1,0 +1,66 @@
+"""The schemas of ``external_source`` and ``decoders.image_slice`` (part of
+``schema.SCHEMAS``), with DALI's argument names.
+
+``external_source``: ``source`` names a ``"module:function"`` callable (a server calls only
+those its configuration lists); ``num_outputs`` 0 means one output returned as is (DALI's
+``None``), n > 0 means the callable returns a tuple of n. ``dtype``, ``ndim`` and
+``layout`` are given once or once per output. ``parallel``, ``no_copy`` and
+``prefetch_queue_depth`` tune DALI's own feeding and change nothing here.
+
+``decoders.image_slice``: inputs ``data`` (encoded image), ``anchor`` and ``shape`` (one
+number per axis of ``axis_names``, else ``axes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor.schema_args import ON_ERROR_ARGS, SEED_ARGS, Arg, OpSchema
+
+#: What an external source's outputs may hold.
+SOURCE_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+                 "float16", "float32", "float64", "bool")
+#: The most outputs one external source may have.
+MAX_SOURCE_OUTPUTS = 64
+
+
+def source_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(f"output{i}" for i in range(max(1, args["num_outputs"])))
+
+
+SOURCE_SCHEMAS = {
+    "external_source": OpSchema(
+        0,
+        ("output0",),
+        {
+            "source": Arg("str", required=True),
+            "batch": Arg("bool", default=True),
+            "batch_info": Arg("bool", default=False),
+            "num_outputs": Arg("int", default=0, minimum=0, maximum=MAX_SOURCE_OUTPUTS),
+            "dtype": Arg("strings", choices=SOURCE_DTYPES),
+            "ndim": Arg("ints", minimum=0, maximum=32),
+            "layout": Arg("strings"),
+            "parallel": Arg("bool", default=False),
+            "no_copy": Arg("bool", default=False),
+            "prefetch_queue_depth": Arg("int", default=1, minimum=1),
+        },
+        outputs_by=source_outputs,
+    ),
+    "decoders.image_slice": OpSchema(
+        3,
+        ("images",),
+        {
+            "output_type": Arg("enum", default="RGB", choices=("RGB", "BGR", "GRAY")),
+            "normalized_anchor": Arg("bool", default=True),
+            "normalized_shape": Arg("bool", default=True),
+            "axis_names": Arg("enum", default="", choices=("", "WH", "HW", "W", "H")),
+            "axes": Arg("ints", default=(1, 0), lengths=(1, 2), minimum=0, maximum=1),
+            "out_of_bounds_policy": Arg("enum", default="error",
+                                        choices=("error", "pad", "trim_to_shape")),
+            "fill_values": Arg("floats"),
+            **ON_ERROR_ARGS,
+            **SEED_ARGS,
+        },
+    ),
+}

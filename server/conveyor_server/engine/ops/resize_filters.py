@@ -1,0 +1,148 @@
+"""The separable filters that define ``resize``: for each output pixel along one axis, the
+input pixels it reads and their weights.
+
+The CPU operator resizes with OpenCV; these are OpenCV's definitions, written out so that
+another path (the GPU kernels, their numpy references) computes the same filter from the
+same numbers: ``nn`` reads ``floor(x * in / out)``; ``linear`` reads the two pixels around
+``(x + 0.5) * in / out - 0.5``, clamped to the image; ``area`` (linear with antialiasing, when
+an axis shrinks) averages the input cells each output cell covers, weighted by how much of
+each it covers. Weights are float32, as OpenCV's tables; a tap past the edge reads the edge
+pixel (the kernels clamp every index).
+
+``resize_steps`` is the choice of filters the CPU operator makes (``resize.resize_image``
+follows it); ``resize_plan`` turns the same steps into one filter per axis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AxisFilter:
+    """One axis of a resize: output pixel ``i`` is
+    ``sum(weights[i, k] * input[clamp(start[i] + k)] for k in range(taps))``."""
+
+    start: np.ndarray  # int32, one per output pixel
+    weights: np.ndarray  # float32, (output pixels, taps)
+
+    @property
+    def taps(self) -> int:
+        return int(self.weights.shape[1])
+
+
+def _inverse_scale(in_size: int, out_size: int) -> float:
+    # OpenCV's scale: 1 / (out / in), in double precision.
+    return 1.0 / (out_size / in_size)
+
+
+def nearest_filter(in_size: int, out_size: int) -> AxisFilter:
+    scale = _inverse_scale(in_size, out_size)
+    start = np.minimum(np.floor(np.arange(out_size) * scale), in_size - 1)
+    return AxisFilter(start.astype(np.int32), np.ones((out_size, 1), dtype=np.float32))
+
+
+def linear_filter(in_size: int, out_size: int) -> AxisFilter:
+    scale = _inverse_scale(in_size, out_size)
+    start = np.empty(out_size, dtype=np.int32)
+    weights = np.empty((out_size, 2), dtype=np.float32)
+    for x in range(out_size):
+        fx = float(np.float32((x + 0.5) * scale - 0.5))  # OpenCV keeps it as a float
+        sx = math.floor(fx)
+        fx -= sx
+        if sx < 0:
+            fx, sx = 0.0, 0
+        if sx >= in_size - 1:
+            fx, sx = 0.0, in_size - 1
+        start[x] = sx
+        weights[x] = (np.float32(1.0 - fx), np.float32(fx))
+    return AxisFilter(start, weights)
+
+
+def area_filter(in_size: int, out_size: int) -> AxisFilter:
+    """OpenCV's ``INTER_AREA`` weights along a shrinking (or unchanged) axis."""
+    scale = _inverse_scale(in_size, out_size)
+    rows: list[tuple[int, list[float]]] = []
+    for x in range(out_size):
+        fsx1 = x * scale
+        fsx2 = fsx1 + scale
+        cell = min(scale, in_size - fsx1)
+        sx2 = min(math.floor(fsx2), in_size - 1)
+        sx1 = min(math.ceil(fsx1), sx2)
+        first = sx1
+        weights: list[float] = []
+        if sx1 - fsx1 > 1e-3:
+            first = sx1 - 1
+            weights.append((sx1 - fsx1) / cell)
+        weights.extend(1.0 / cell for _ in range(sx1, sx2))
+        if fsx2 - sx2 > 1e-3:
+            weights.append(min(fsx2 - sx2, 1.0, cell) / cell)
+        rows.append((first, weights))
+    taps = max(len(w) for _, w in rows)
+    start = np.array([first for first, _ in rows], dtype=np.int32)
+    table = np.zeros((out_size, taps), dtype=np.float32)
+    for i, (_, w) in enumerate(rows):
+        table[i, :len(w)] = w
+    return AxisFilter(start, table)
+
+
+#: One resize the CPU operator makes: (output height and width, filter), the filter an
+#: ``interp_type`` or "area".
+ResizeStep = tuple[tuple[int, int], str]
+
+
+def resize_steps(in_hw: tuple[int, int], out_hw: tuple[int, int], interp_type: str,
+                 antialias: bool) -> tuple[ResizeStep, ...]:
+    """The resizes that take an image of ``in_hw`` to ``out_hw``, in order (none: a copy).
+
+    Linear with ``antialias`` averages areas along every shrinking axis; when one axis
+    shrinks and the other grows, the shrinking one is averaged first (a resize of its own,
+    rounded to the image's type) and the other interpolated after.
+    """
+    (h, w), (out_h, out_w) = in_hw, out_hw
+    if out_hw == (h, w):
+        return ()
+    if not (antialias and interp_type == "linear") or (out_h >= h and out_w >= w):
+        return ((out_hw, interp_type),)
+    if out_h <= h and out_w <= w:
+        return ((out_hw, "area"),)
+    if out_w < w:
+        return (((h, out_w), "area"), (out_hw, "linear"))
+    return (((out_h, w), "area"), (out_hw, "linear"))
+
+
+_FILTERS = {"nn": nearest_filter, "linear": linear_filter, "area": area_filter}
+#: The interpolations these filters define (the GPU operators take these).
+FILTERED_INTERP = frozenset(("nn", "linear"))
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """One image's resize as two separable passes: ``first`` (the axis filtered first, "rows"
+    or "cols") and then the other. ``round_between``: the first pass's values are rounded
+    to the image's type before the second, as when the CPU operator makes two resizes."""
+
+    rows: AxisFilter
+    cols: AxisFilter
+    first: str
+    round_between: bool
+
+
+def resize_plan(in_hw: tuple[int, int], out_hw: tuple[int, int], interp_type: str,
+                antialias: bool) -> ResizePlan:
+    """The passes of ``resize_steps(in_hw, out_hw, interp_type, antialias)`` for
+    ``interp_type`` "nn" or "linear"."""
+    if interp_type not in FILTERED_INTERP:
+        raise ValueError(f"no separable filter is defined for interp_type {interp_type!r}")
+    steps = resize_steps(in_hw, out_hw, interp_type, antialias) or ((out_hw, "nn"),)
+    (h, w), (out_h, out_w) = in_hw, out_hw
+    if len(steps) == 1:
+        make = _FILTERS[steps[0][1]]
+        return ResizePlan(make(h, out_h), make(w, out_w), "cols", False)
+    (_, mid_w), _ = steps[0]
+    if mid_w != w:  # the columns shrink first
+        return ResizePlan(linear_filter(h, out_h), area_filter(w, out_w), "cols", True)
+    return ResizePlan(area_filter(h, out_h), linear_filter(w, out_w), "rows", True)

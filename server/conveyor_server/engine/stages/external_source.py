@@ -1,0 +1,298 @@
+"""``external_source`` as a source stage: a callable asked for each batch by its position.
+
+The callable is DALI's checkpointable kind. With ``batch=False`` it is called once per
+sample with ``SampleInfo(idx_in_epoch, idx_in_batch, iteration, epoch_idx)`` and returns
+that sample (a tuple of ``num_outputs`` when given); with ``batch=True`` once per batch
+with ``BatchInfo(iteration, epoch_idx)`` (``batch_info=True``) or the iteration, and
+returns the batch: a list of ``batch_size`` arrays or one array whose first dimension is
+the batch (a tuple of those with ``num_outputs``). It must be a pure function of its
+argument, as DALI's checkpointing assumes: the position is all a checkpoint keeps.
+
+**Epochs.** ``StopIteration`` ends the epoch, as in DALI; a batch cut short is dropped.
+Streams never end, so the batch that met it is the next epoch's first: the source is
+asked again with ``epoch_idx + 1`` and iteration 0. An epoch's length is learned when the
+source stops it and kept (per epoch), so positions already produced map to (epoch,
+iteration) without a call. ``StopIteration`` is taken as final within an epoch (once a
+position stops, every later one of that epoch does).
+
+State: (source, epoch, iteration) of the next batch asked for. Restore is O(1): the stage
+starts there. A position beyond those produced (a trainer's count ahead of its last
+checkpoint) is found without replay: one call at the batch before it tells whether the
+epoch reaches it; where it does not, a binary search over the iterations finds the
+epoch's end (O(log n) calls, per epoch ended on the way). Values are computed on the
+submitting thread, in batch order; an error becomes the batch's error (DATA_LOSS naming
+the source) when that batch is consumed, never earlier.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conveyor.errors import CorruptCheckpoint, ExternalSourceError, SpecError
+from conveyor.external_source import BatchInfo, SampleInfo, Source
+from conveyor.v1 import checkpoint_pb2
+from conveyor_server.engine.stages import MAX_SAMPLES
+
+OP = "external_source"
+
+
+class _EpochEnd(Exception):
+    """The source raised StopIteration for this position."""
+
+
+@dataclass(frozen=True)
+class SourceSample:
+    """One sample's outputs, or the error its batch ends with, and where it came from."""
+
+    outputs: tuple[np.ndarray, ...]
+    where: str
+    error: ExternalSourceError | None = None
+
+    def get(self) -> tuple[np.ndarray, ...]:
+        if self.error is not None:
+            raise self.error
+        return self.outputs
+
+
+def _per_output(op_index: int, name: str, values: Sequence[Any] | None,
+                count: int) -> list[Any]:
+    """An argument given once or once per output, as one entry per output (None: not
+    given)."""
+    if not values:
+        return [None] * count
+    if len(values) == 1:
+        return list(values) * count
+    if len(values) != count:
+        raise SpecError(OP, name, f"has {len(values)} entries for {count} outputs (give one, "
+                                  "or one per output)")
+    return list(values)
+
+
+class ExternalSourceStage:
+    op_type = OP
+
+    def __init__(self, op_index: int, name: str, source: Source, args: Mapping[str, Any], *,
+                 batch_size: int) -> None:
+        self.op_index = op_index
+        self.name = name
+        self.batch_size = batch_size
+        self._source = source
+        self._batch = bool(args["batch"])
+        self._batch_info = bool(args["batch_info"])
+        self._tupled = args["num_outputs"] > 0
+        self.num_outputs = max(1, args["num_outputs"])
+        self._dtypes = [np.dtype(d) if d else None for d in
+                        _per_output(op_index, "dtype", args["dtype"], self.num_outputs)]
+        ndims = _per_output(op_index, "ndim", args["ndim"], self.num_outputs)
+        self.layouts = [lay or "" for lay in
+                        _per_output(op_index, "layout", args["layout"], self.num_outputs)]
+        for o, (layout, ndim) in enumerate(zip(self.layouts, ndims, strict=True)):
+            if layout and ndim is not None and len(layout) != ndim:
+                raise SpecError(OP, "layout", f"output {o}: layout {layout!r} has "
+                                              f"{len(layout)} dimensions, ndim is {ndim}")
+        #: The number of dimensions of each output's samples, where ndim or layout say.
+        self._ndims = [ndim if ndim is not None else (len(layout) if layout else None)
+                       for ndim, layout in zip(ndims, self.layouts, strict=True)]
+        self._lock = threading.Lock()
+        #: Batches of each epoch, learned where the source stopped it.
+        self._lengths: dict[int, int] = {}
+        #: Batches of each epoch known to exist (the source returned them).
+        self._complete: dict[int, int] = {}
+        self._epoch = 0
+        self._iteration = 0
+
+    @property
+    def label(self) -> str:
+        return f"external_source (op {self.op_index}) {self.name!r}"
+
+    # -- the stage contract --------------------------------------------------------------
+
+    def reset(self, state: checkpoint_pb2.OpState | None) -> None:
+        with self._lock:
+            self._epoch, self._iteration = (0, 0) if state is None else self._position(state)
+
+    def get_state(self) -> checkpoint_pb2.OpState:
+        with self._lock:
+            return self._state(self._epoch, self._iteration)
+
+    def advanced(self, state: checkpoint_pb2.OpState, samples: int) -> checkpoint_pb2.OpState:
+        epoch, iteration = self._position(state)
+        with self._lock:
+            return self._state(*self._advance(epoch, iteration, samples // self.batch_size))
+
+    def next(self) -> list[SourceSample]:
+        with self._lock:
+            epoch, iteration = self._epoch, self._iteration
+            try:
+                try:
+                    samples = self._produce(epoch, iteration)
+                except _EpochEnd:
+                    self._ended(epoch, iteration)
+                    epoch, iteration = epoch + 1, 0
+                    try:
+                        samples = self._produce(epoch, iteration)
+                    except _EpochEnd:
+                        self._ended(epoch, iteration)
+                        raise AssertionError("unreachable: an empty epoch raises") from None
+                self._complete[epoch] = max(self._complete.get(epoch, 0), iteration + 1)
+            except ExternalSourceError as exc:
+                where = f"{self.name} (epoch {epoch}, iteration {iteration})"
+                samples = [SourceSample((), where, exc)] * self.batch_size
+            self._epoch, self._iteration = epoch, iteration + 1
+            return samples
+
+    # -- positions -----------------------------------------------------------------------
+
+    def _state(self, epoch: int, iteration: int) -> checkpoint_pb2.OpState:
+        return checkpoint_pb2.OpState(op=self.op_index, external_source=(
+            checkpoint_pb2.ExternalSourceState(source=self.name, epoch=epoch,
+                                               iteration=iteration)))
+
+    def _position(self, state: checkpoint_pb2.OpState) -> tuple[int, int]:
+        kind = state.WhichOneof("state")
+        if kind != "external_source":
+            raise CorruptCheckpoint(f"{self.label}: checkpoint holds a {kind} state, expected "
+                                    "an external source's")
+        held = state.external_source
+        if held.source != self.name:
+            raise CorruptCheckpoint(f"{self.label}: checkpoint's state is of source "
+                                    f"{held.source!r}")
+        if held.iteration * self.batch_size > MAX_SAMPLES or held.epoch > MAX_SAMPLES:
+            raise CorruptCheckpoint(f"{self.label}: position (epoch {held.epoch}, iteration "
+                                    f"{held.iteration}) is beyond the furthest a pipeline "
+                                    "reaches")
+        return held.epoch, held.iteration
+
+    def _advance(self, epoch: int, iteration: int, batches: int) -> tuple[int, int]:
+        """The position ``batches`` batches after (epoch, iteration). An epoch that ends on
+        a batch stays at its end (iteration == length); the next batch moves on."""
+        while batches > 0:
+            length = self._lengths.get(epoch)
+            if length is None:
+                last = iteration + batches - 1
+                if self._complete.get(epoch, 0) > last or self._exists(epoch, last):
+                    return epoch, iteration + batches
+                length = self._find_end(epoch, max(iteration, self._complete.get(epoch, 0)),
+                                        last)
+            if iteration > length:
+                raise ExternalSourceError(
+                    f"{self.label}: epoch {epoch} has {length} batches, but the position is "
+                    f"iteration {iteration}: the source is not the one the checkpoint was "
+                    "made with", source=self.name)
+            if iteration + batches <= length:
+                return epoch, iteration + batches
+            batches -= length - iteration
+            epoch, iteration = epoch + 1, 0
+        return epoch, iteration
+
+    def _exists(self, epoch: int, iteration: int) -> bool:
+        """Whether the source gives the whole batch ``iteration`` of ``epoch``: one call
+        (its last sample, with ``batch=False``)."""
+        try:
+            if self._batch:
+                self._call(BatchInfo(iteration, epoch) if self._batch_info else iteration,
+                           epoch, iteration)
+            else:
+                last = self.batch_size - 1
+                self._call(SampleInfo(iteration * self.batch_size + last, last, iteration,
+                                      epoch), epoch, iteration)
+        except _EpochEnd:
+            return False
+        self._complete[epoch] = max(self._complete.get(epoch, 0), iteration + 1)
+        return True
+
+    def _find_end(self, epoch: int, lo: int, hi: int) -> int:
+        """The epoch's length, knowing batches before ``lo`` exist and ``hi`` does not."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._exists(epoch, mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        self._ended(epoch, lo)
+        return lo
+
+    def _ended(self, epoch: int, length: int) -> None:
+        if length == 0:
+            raise ExternalSourceError(f"{self.label}: epoch {epoch} is empty (StopIteration "
+                                      "at its first batch)", source=self.name)
+        self._lengths[epoch] = length
+
+    # -- calling the source --------------------------------------------------------------
+
+    def _call(self, argument: Any, epoch: int, iteration: int) -> Any:
+        try:
+            return self._source(argument)
+        except StopIteration:
+            raise _EpochEnd from None
+        except Exception as exc:
+            raise ExternalSourceError(
+                f"{self.label} raised {type(exc).__name__} at epoch {epoch}, iteration "
+                f"{iteration}: {exc}", source=self.name) from exc
+
+    def _produce(self, epoch: int, iteration: int) -> list[SourceSample]:
+        size = self.batch_size
+        where = f"{self.name} (epoch {epoch}, iteration {iteration})"
+        if self._batch:
+            info = BatchInfo(iteration, epoch) if self._batch_info else iteration
+            batch = self._call(info, epoch, iteration)
+            columns = [self._column(o, part, epoch, iteration)
+                       for o, part in enumerate(self._split(batch, epoch, iteration))]
+            return [SourceSample(tuple(c[i] for c in columns), f"{where} sample {i}")
+                    for i in range(size)]
+        out = []
+        for i in range(size):
+            sample = SampleInfo(iteration * size + i, i, iteration, epoch)
+            parts = self._split(self._call(sample, epoch, iteration), epoch, iteration)
+            out.append(SourceSample(
+                tuple(self._array(o, p, epoch, iteration) for o, p in enumerate(parts)),
+                f"{where} sample {i}"))
+        return out
+
+    def _split(self, result: Any, epoch: int, iteration: int) -> Sequence[Any]:
+        if not self._tupled:
+            return (result,)
+        if not isinstance(result, tuple | list) or len(result) != self.num_outputs:
+            raise self._bad(epoch, iteration, f"returned {type(result).__name__}, expected a "
+                                              f"tuple of num_outputs={self.num_outputs}")
+        return result
+
+    def _column(self, output: int, batch: Any, epoch: int, iteration: int) -> list[np.ndarray]:
+        if isinstance(batch, np.ndarray) and batch.ndim >= 1:
+            items: Sequence[Any] = list(batch)
+        elif isinstance(batch, list | tuple):
+            items = batch
+        else:
+            raise self._bad(epoch, iteration, f"output {output}: returned "
+                                              f"{type(batch).__name__}, expected a batch (a "
+                                              "list of arrays, or one array)")
+        if len(items) != self.batch_size:
+            raise self._bad(epoch, iteration, f"output {output}: returned {len(items)} "
+                                              f"samples, the batch size is {self.batch_size}")
+        return [self._array(output, item, epoch, iteration) for item in items]
+
+    def _array(self, output: int, value: Any, epoch: int, iteration: int) -> np.ndarray:
+        try:
+            array = np.array(value, order="C", copy=True)
+        except (TypeError, ValueError) as exc:
+            raise self._bad(epoch, iteration, f"output {output}: {exc}") from None
+        if array.dtype.kind not in "biuf":
+            raise self._bad(epoch, iteration, f"output {output}: returned {array.dtype} data, "
+                                              "expected numbers")
+        want, ndim = self._dtypes[output], self._ndims[output]
+        if want is not None and array.dtype != want:
+            raise self._bad(epoch, iteration, f"output {output}: returned {array.dtype}, "
+                                              f"dtype is {want}")
+        if ndim is not None and array.ndim != ndim:
+            raise self._bad(epoch, iteration, f"output {output}: returned {array.ndim} "
+                                              f"dimensions, expected {ndim} (ndim, layout)")
+        return array
+
+    def _bad(self, epoch: int, iteration: int, what: str) -> ExternalSourceError:
+        return ExternalSourceError(f"{self.label} at epoch {epoch}, iteration {iteration}: "
+                                   f"{what}", source=self.name)
