@@ -19,8 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conveyor import fn, pipeline_def
+from conveyor_server.engine import engine_id
 from conveyor_server.engine.ops import jpeg_region
 from conveyor_server.engine.ops.decode import decode_image
+from conveyor_server.engine.ops.nvimgcodec_batch import nvimgcodec_version
 from conveyor_server.engine.ops.random_window import Window
 from tests.op_helpers import gradient, noise, pil_bytes
 
@@ -161,6 +164,8 @@ import hashlib, json, sys
 import numpy as np
 if sys.argv[1] == "without":
     sys.modules["nvidia.nvimgcodec"] = None  # import fails: as where it is not installed
+from conveyor import fn, pipeline_def
+from conveyor_server.engine import engine_id
 from conveyor_server.engine.ops import jpeg_region
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from tests.op_helpers import build
@@ -204,3 +209,22 @@ def test_window_decoders_give_the_same_bytes_with_and_without_nvimgcodec() -> No
     assert with_it["digests"] == without["digests"]
     assert len(set(with_it["digests"])) > len(files) * 6  # the windows differ
     assert with_it["taken"] == len(files) - 1 and without["taken"] == 0  # all but the PNG
+
+
+@pipeline_def(batch_size=2, seed=1)
+def window_pipeline(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root)
+    return fn.decoders.image_random_crop(jpegs), fn.decoders.image(jpegs), labels
+
+
+@pipeline_def(batch_size=2, seed=1)
+def whole_pipeline(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root)
+    return fn.decoders.image(jpegs), labels
+
+
+def test_a_checkpoint_names_nvimgcodec_where_it_decodes_windows() -> None:
+    decoder, _ = engine_id.libraries(window_pipeline("/data"))
+    assert decoder.startswith("opencv ") and "simplejpeg" in decoder
+    assert decoder.endswith(f"; nvimgcodec {nvimgcodec_version()} (windows)")
+    assert "nvimgcodec" not in engine_id.libraries(whole_pipeline("/data"))[0]
