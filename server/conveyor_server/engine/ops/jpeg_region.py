@@ -24,6 +24,10 @@ the parallelism.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -36,15 +40,32 @@ from conveyor_server.engine.ops.random_window import Window
 _SOF_HUFFMAN = (0xC0, 0xC1, 0xC2)
 _APP14 = 0xEE
 
+_log = logging.getLogger(__name__)
+
 #: A window whose area is at least this share of the image is decoded whole (faster).
 WHOLE_DECODE_SHARE = 0.5
 
 
 def _load() -> Any:
-    try:
-        from nvidia import nvimgcodec
-    except ImportError:
-        return None
+    """nvImageCodec, or None. Importing it loads its extensions, and those for absent
+    libraries (nvJPEG2000, nvTIFF: not needed here) write their complaints straight to the
+    standard error, which would break a server's JSON log lines: they are caught and
+    logged at debug level."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            from nvidia import nvimgcodec
+        except ImportError:
+            nvimgcodec = None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode(errors="replace").strip()
+    if text:
+        _log.debug("nvImageCodec, loading its extensions: %s", text)
     return nvimgcodec
 
 
@@ -80,6 +101,12 @@ def worth_it(window: Window, size: tuple[int, int]) -> bool:
     return window.h * window.w < WHOLE_DECODE_SHARE * size[0] * size[1]
 
 
+def _new_decoder() -> Any:
+    nv = _NV
+    return nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+                      backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+
+
 class _Decoders:
     """nvImageCodec CPU decoders, one per concurrent caller, made on first need."""
 
@@ -91,9 +118,7 @@ class _Decoders:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        nv = _NV
-        return nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
-                          backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+        return _new_decoder()
 
     def give(self, decoder: Any) -> None:
         with self._lock:
@@ -121,13 +146,10 @@ def decode(data: np.ndarray, output_type: str, window: Window) -> np.ndarray | N
         return None
     nv = _NV
     encoded = data.tobytes()
+    decoder = _DECODERS.take()
     try:
         stream = nv.CodeStream(encoded).get_sub_code_stream(
             region=nv.Region(window.y, window.x, window.y + window.h, window.x + window.w))
-    except (RuntimeError, ValueError):
-        return None
-    decoder = _DECODERS.take()
-    try:
         image = decoder.decode(stream, params=_params(output_type))
     except (RuntimeError, ValueError):
         image = None
