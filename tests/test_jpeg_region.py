@@ -107,7 +107,7 @@ def test_a_window_decoded_alone_is_the_whole_decode_cut(h: int, w: int) -> None:
                     got, whole[win.y:win.y + win.h, win.x:win.x + win.w],
                     err_msg=f"{kind}, {output_type}, {win}")
                 compared += 1
-    assert compared >= 12 * 3 * 12  # 432 per size, 1,700 in all
+    assert compared == 13 * 3 * 12  # 13 kinds, 3 outputs, 12 windows: 1,872 in all
 
 
 def _sof_patched(data: np.ndarray, marker: int | None = None,
