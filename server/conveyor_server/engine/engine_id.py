@@ -29,6 +29,9 @@ OUTPUT_VERSION = 1
 
 #: The operators whose device="mixed" form decodes with nvImageCodec.
 DECODERS = ("decoders.image", "decoders.image_random_crop", "decoders.image_crop")
+#: The operators whose CPU form decodes a JPEG's window alone with nvImageCodec, where it
+#: is installed (``ops/jpeg_region.py``).
+WINDOW_DECODERS = ("decoders.image_random_crop", "decoders.image_crop", "decoders.image_slice")
 
 
 def _on_gpu(op: pipeline_pb2.OpSpec) -> bool:
@@ -37,9 +40,15 @@ def _on_gpu(op: pipeline_pb2.OpSpec) -> bool:
 
 def libraries(spec: pipeline_pb2.PipelineSpec) -> tuple[str, str]:
     """(decoder, warp) library descriptions for ``spec``'s operators."""
+    from conveyor_server.engine.ops import jpeg_region
     from conveyor_server.engine.ops.decode import DECODER_ID
 
     decoder = DECODER_ID
+    if jpeg_region.available() and any(op.type in WINDOW_DECODERS and not _on_gpu(op)
+                                       for op in spec.ops):
+        from conveyor_server.engine.ops.nvimgcodec_batch import nvimgcodec_version
+
+        decoder += f"; nvimgcodec {nvimgcodec_version()} (windows)"
     if any(op.type in DECODERS and _on_gpu(op) for op in spec.ops):
         from conveyor_server.engine.gpu_path import nvjpeg_version
         from conveyor_server.engine.ops.nvimgcodec_batch import nvimgcodec_version

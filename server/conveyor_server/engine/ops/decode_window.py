@@ -3,33 +3,67 @@ window of ``random_resized_crop``), ``decoders.image_crop`` (``crop``'s window) 
 ``decoders.image_slice`` (a window given per sample by its ``anchor`` and ``shape`` inputs).
 
 Each is defined as decoding the whole image (``decode.decode_image``) and cropping it, and
-gives exactly those bytes. A cheaper decode of the window alone is used only where it is
-exact; OpenCV and simplejpeg, the CPU decoders here, offer no region decode, and their
-reduced decodes (DCT scaling) give other pixels, so today every image is decoded whole and
-cropped: the window is a copy of the decoded rows it covers. The window is drawn from the
-decoded image's size, which is the header's (``image_header.py``) after EXIF orientation.
+gives exactly those bytes. All three go through ``decode_window``: where a JPEG's window
+can be decoded alone with the same bytes (``jpeg_region.py``: nvImageCodec's CPU backend,
+when installed, for the JPEG kinds it is exact on, and a window under half the image),
+only the window is decoded; otherwise the whole image is decoded and the window is cut
+from it. The window is drawn from the decoded image's size, which is the header's
+(``image_header.py``) after EXIF orientation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from conveyor.errors import InvalidArgument
+from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.ops import jpeg_region
 from conveyor_server.engine.ops.args import (
     Targs,
     crop_image,
     crop_window,
     cut_window,
     round_half_away,
+    window_region,
 )
-from conveyor_server.engine.ops.decode import decode_image
+from conveyor_server.engine.ops.decode import check_file, decode_image
 from conveyor_server.engine.ops.random_resized_crop import params_of, sample_index
-from conveyor_server.engine.ops.random_window import random_window, window_draws
+from conveyor_server.engine.ops.random_window import Window, random_window, window_draws
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
+
+#: (image height, image width) -> the window inside the image that is the output, or None
+#: where the operator needs the whole image (a window to pad, or one that does not fit).
+WindowOf = Callable[[int, int], Window | None]
+
+
+def decode_window(data: np.ndarray, output_type: str, limits: EngineLimits,
+                  window_of: WindowOf) -> tuple[np.ndarray, bool]:
+    """Decode the file, or only the window ``window_of`` names from the image's size:
+    ``(window, True)``, the window's pixels as a new C-contiguous array, exactly the whole
+    decode's; or ``(image, False)``, the whole decoded image, where ``window_of`` returns
+    None. Errors about the file are the whole decode's (``decode.decode_image``)."""
+    size = None
+    if jpeg_region.available() and check_file(data, limits) == "JPEG":
+        size = jpeg_region.frame_size(data)
+    if size is not None:
+        win = window_of(*size)
+        if win is None:
+            return decode_image(data, output_type, limits), False
+        if jpeg_region.worth_it(win, size):
+            region = jpeg_region.decode(data, output_type, win)
+            if region is not None:
+                return region, True
+        image = decode_image(data, output_type, limits)
+    else:
+        image = decode_image(data, output_type, limits)
+        win = window_of(image.shape[0], image.shape[1])
+        if win is None:
+            return image, False
+    return np.ascontiguousarray(image[win.y:win.y + win.h, win.x:win.x + win.w]), True
 
 
 @register("decoders.image_random_crop")
@@ -38,10 +72,10 @@ def build_image_random_crop(ctx: OpContext) -> SampleOp:
     params = params_of(ctx)
 
     def image_random_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        image = decode_image(inputs[0], output_type, limits)
         draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
-        win = random_window(image.shape[0], image.shape[1], params, draws)
-        return (np.ascontiguousarray(image[win.y:win.y + win.h, win.x:win.x + win.w]),)
+        image, _ = decode_window(inputs[0], output_type, limits,
+                                 lambda h, w: random_window(h, w, params, draws))
+        return (image,)
 
     return SampleOp(fn=image_random_crop, layouts=("HWC",), keyed=True)
 
@@ -53,7 +87,13 @@ def build_image_crop(ctx: OpContext) -> SampleOp:
     assert window is not None
 
     def image_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        image = decode_image(inputs[0], output_type, limits)
+        def inside(h: int, w: int) -> Window | None:
+            region = window_region(window.anchor((h, w), targs), window.size, (h, w), "error")
+            return None if region is None else Window(*region)
+
+        image, cut = decode_window(inputs[0], output_type, limits, inside)
+        if cut:
+            return (image,)
         # DALI's decoders.image_crop refuses a window that does not fit ("error").
         return (np.ascontiguousarray(crop_image(window, image, targs, "error", (0.0,))),)
 
@@ -110,7 +150,20 @@ def build_image_slice(ctx: OpContext) -> SampleOp:
     axes = slice_axes(args)
 
     def image_slice(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        image = decode_image(inputs[0], output_type, limits)
+        def inside(h: int, w: int) -> Window | None:
+            anchor, size = slice_window((h, w), inputs[1], inputs[2], axes,
+                                        args["normalized_anchor"], args["normalized_shape"])
+            region = window_region(anchor, size, (h, w), "error")  # the slice, if inside
+            if region is None:
+                return None
+            if policy == "pad":
+                limits.check_output((*size, 1 if output_type == "GRAY" else 3),
+                                    np.dtype(np.uint8))
+            return Window(*region)
+
+        image, cut = decode_window(inputs[0], output_type, limits, inside)
+        if cut:
+            return (image,)
         h, w = image.shape[:2]
         anchor, size = slice_window((h, w), inputs[1], inputs[2], axes,
                                     args["normalized_anchor"], args["normalized_shape"])
