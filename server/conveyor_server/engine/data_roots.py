@@ -113,3 +113,21 @@ class DataRoots:
 def swapped_link(exc: OSError) -> bool:
     """Whether opening beneath a root failed on a symlink met on the way down."""
     return exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+
+
+class RealPaths:
+    """Real paths of many files, each folder's resolved once: the real path of
+    ``dir/name`` is the real path of ``dir`` joined with ``name``, unless ``name`` is a
+    symlink (``link``) or ``.``/``..`` (then the path is resolved in full)."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, str] = {}
+
+    def of(self, path: str, link: bool) -> str:
+        head, name = os.path.split(path)
+        if link or name in ("", ".", ".."):
+            return os.path.realpath(path)
+        real_head = self._dirs.get(head)
+        if real_head is None:
+            real_head = self._dirs[head] = os.path.realpath(head or os.curdir)
+        return os.path.join(real_head, name)

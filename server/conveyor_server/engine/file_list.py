@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.errors import DataFileError, InvalidArgument, SpecError
-from conveyor_server.engine.data_roots import DataRoots
+from conveyor_server.engine.data_roots import DataRoots, RealPaths
 
 log = logging.getLogger("conveyor.engine")
 
@@ -154,23 +154,12 @@ def _walk_sorted(directory: Path, above: frozenset[tuple[int, int]],
 
 class _FileCheck:
     """Checks many files against the data roots and reads their sizes: one ``lstat`` per
-    file, each directory's real path resolved once. The real path of ``dir/name`` is the
-    real path of ``dir`` joined with ``name`` unless ``name`` is a symlink (then it is
-    resolved in full), so the check is the one ``check_inside_roots`` makes, without
-    resolving every component of every file again."""
+    file, each directory's real path resolved once (``RealPaths``), so the check is the one
+    ``check_inside_roots`` makes, without resolving every component of every file again."""
 
     def __init__(self, roots: DataRoots | None) -> None:
         self._roots = roots
-        self._real_dirs: dict[str, str] = {}
-
-    def _real_path(self, path: str, link: bool) -> str:
-        head, name = os.path.split(path)
-        if link or name in ("", ".", ".."):
-            return os.path.realpath(path)
-        real_head = self._real_dirs.get(head)
-        if real_head is None:
-            real_head = self._real_dirs[head] = os.path.realpath(head or os.curdir)
-        return os.path.join(real_head, name)
+        self._real_paths = RealPaths()
 
     def _check(self, path: str, real: str) -> tuple[int, str]:
         if self._roots is None:
@@ -189,7 +178,7 @@ class _FileCheck:
             raise DataFileError(f"{OP}: cannot read {display(self._roots, path)!r}: "
                                 f"{exc.strerror}") from None
         link = stat.S_ISLNK(st.st_mode)
-        real = self._real_path(path, link)
+        real = self._real_paths.of(path, link)
         root, relative = self._check(path, real)
         if link:
             try:

@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass
 
 from conveyor.errors import DataFileError, InvalidArgument, PermissionDenied
-from conveyor_server.engine.data_roots import DataRoots, root_label, swapped_link
+from conveyor_server.engine.data_roots import DataRoots, RealPaths, root_label, swapped_link
 from conveyor_server.engine.file_list import unfit_name
 
 log = logging.getLogger("conveyor.engine")
@@ -43,7 +43,7 @@ class ReaderPaths:
     def __init__(self, op: str, roots: DataRoots | None) -> None:
         self.op = op
         self.roots = roots
-        self._real_dirs: dict[str, str] = {}
+        self._real_paths = RealPaths()
 
     def name(self, path: str) -> str:
         """A path as messages name it."""
@@ -72,15 +72,6 @@ class ReaderPaths:
             raise InvalidArgument(f"{self.op}: {what} {self.name(path)!r} is not a directory")
         return real
 
-    def _real_path(self, path: str, link: bool) -> str:
-        head, name = os.path.split(path)
-        if link or name in ("", ".", ".."):
-            return os.path.realpath(path)
-        real_head = self._real_dirs.get(head)
-        if real_head is None:
-            real_head = self._real_dirs[head] = os.path.realpath(head or os.curdir)
-        return os.path.join(real_head, name)
-
     def locate(self, path: str, what: str = "file") -> Located:
         """The regular file ``path``, listed: PermissionDenied if it lies outside the data
         roots (checked first, also for one that does not exist), DataFileError naming it if
@@ -95,7 +86,7 @@ class ReaderPaths:
             raise DataFileError(f"{self.op}: cannot read {what} {self.name(path)!r}: "
                                 f"{exc.strerror}") from None
         link = stat.S_ISLNK(st.st_mode)
-        real = self._real_path(path, link)
+        real = self._real_paths.of(path, link)
         root, relative = self._outside(path, real, what)
         if link:
             try:
