@@ -17,4 +17,11 @@ limits (``limits.py``) and the bounds on specs (``spec_bounds.py``), the behavio
 Imports: the ``conveyor`` client package (spec, schema, errors, generated messages) and
 libraries; no other room of ``conveyor_server`` (service, store, app), so the engine runs in
 a trainer's process without gRPC servers or Redis.
+
+Importing the package chooses OpenCV's CPU code paths before any of its modules loads
+OpenCV (``cpu_paths.py``: by default AVX-512 nodes compute what AVX2 nodes compute).
 """
+
+from conveyor_server.engine import cpu_paths
+
+cpu_paths.pin()

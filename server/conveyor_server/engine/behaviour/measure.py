@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,9 @@ def cpu_description() -> str:
     numpy_paths = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
     opencv_paths = [t[1:] for t in cv2.getCPUFeaturesLine().split()
                     if t.startswith("*") and not t.endswith("?")]
-    ipp = "ipp" if cv2.ipp.useIPP() else "no ipp"
+    level = os.environ.get("OPENCV_IPP", "").strip().lower()  # the build IPP is held to
+    ipp = "no ipp" if not cv2.ipp.useIPP() else \
+        f"ipp {level}" if level in ("sse42", "avx2", "avx512") else "ipp"
     return (f"{platform.machine()}; numpy {'+'.join(numpy_paths) or 'baseline'}; "
             f"opencv {'+'.join(opencv_paths) or 'baseline'}; {ipp}")
 

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import cv2
@@ -39,8 +39,8 @@ def reference_environment() -> dict[str, str]:
 
 _MEASURE = """
 import json, platform
+from conveyor_server.engine.behaviour.measure import measure  # the engine before OpenCV
 import cv2, numpy, simplejpeg
-from conveyor_server.engine.behaviour.measure import measure
 from conveyor_server.engine.engine_id import OUTPUT_VERSION
 b = measure()
 print(json.dumps({
@@ -54,10 +54,12 @@ print(json.dumps({
 """
 
 
-def measure_in(env: Mapping[str, str]) -> dict[str, Any]:
-    """The behaviour of a new Python process with ``env`` added to this one's environment:
-    output version, machine, CPU, library versions and the digests (hex), as JSON values."""
-    out = subprocess.run([sys.executable, "-c", _MEASURE], env={**os.environ, **env},
+def measure_in(env: Mapping[str, str], unset: Collection[str] = ()) -> dict[str, Any]:
+    """The behaviour of a new Python process with ``env`` added to this one's environment
+    and the variables ``unset`` removed from it: output version, machine, CPU, library
+    versions and the digests (hex), as JSON values."""
+    child = {k: v for k, v in os.environ.items() if k not in unset} | dict(env)
+    out = subprocess.run([sys.executable, "-c", _MEASURE], env=child,
                          check=True, capture_output=True, text=True, timeout=120)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
