@@ -262,3 +262,16 @@ def test_the_definition_api_gives_one_output_per_ext_and_checks_dtypes(tmp_path:
         outputs("jpg", dtypes=["bool"])
     with pytest.raises(SpecError, match=r"ext': needs at least one entry"):
         outputs([])
+
+
+def test_members_whose_names_are_not_utf8_are_read_and_named(tmp_path: Path) -> None:
+    shard = tmp_path / "latin1.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as archive:
+        for name, data in (("caf\xe9.jpg", b"J1"), ("caf\xe9.cls", b"C1"),
+                           ("na\xefve.jpg", b"J2"), ("na\xefve.cls", b"C2")):
+            add_member(archive, name, data)  # the names' bytes are Latin-1, not UTF-8
+    assert _rows(wds([shard], batch_size=1), 2) == [(b"J1", b"C1"), (b"J2", b"C2")]
+    limits = EngineLimits(max_file_bytes=1)
+    with Pipeline(wds([shard], batch_size=1), limits=limits) as pipe, \
+            pytest.raises(ResourceExhausted, match=r"latin1.tar:caf(\\)+xe9' holds 2 bytes"):
+        pipe.run()

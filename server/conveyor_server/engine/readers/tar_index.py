@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 BLOCK = tarfile.BLOCKSIZE
+#: How member names become bytes again: ``tarfile`` decodes them as UTF-8, keeping bytes
+#: that are not UTF-8 (a Latin-1 name) as surrogates, which this turns back into them.
+NAME_ENCODING, NAME_ERRORS = "utf-8", "surrogateescape"
 INDEX_VERSIONS = ("v1.1", "v1.2")
 
 
@@ -141,5 +144,6 @@ def index_digest(samples: Sequence[RawSample]) -> str:
     for sample in samples:
         h.update(b"\n")
         for m in sample.members:
-            h.update(f"{m.ext}\0{m.offset}\0{m.size}\0{m.name}\0".encode())
+            h.update(f"{m.ext}\0{m.offset}\0{m.size}\0{m.name}\0".encode(NAME_ENCODING,
+                                                                     NAME_ERRORS))
     return h.hexdigest()

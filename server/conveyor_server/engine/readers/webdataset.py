@@ -149,7 +149,7 @@ class WebdatasetIndex:
                 if chosen is None:
                     continue
                 shard_of.append(s)
-                keys += sample.key.encode()
+                keys += sample.key.encode(tar_index.NAME_ENCODING, tar_index.NAME_ERRORS)
                 key_ends.append(len(keys))
                 for m in chosen:
                     member = sample.members[m] if m >= 0 else None
@@ -165,8 +165,9 @@ class WebdatasetIndex:
         self._key_ends = np.frombuffer(key_ends, dtype=np.int64)
 
     def key(self, index: int) -> str:
+        """The sample's key as messages name it (a byte that is not UTF-8 as ``\\xNN``)."""
         start = int(self._key_ends[index - 1]) if index else 0
-        return self._keys[start:int(self._key_ends[index])].decode()
+        return self._keys[start:int(self._key_ends[index])].decode("utf-8", "backslashreplace")
 
 
 class WebdatasetSource:
