@@ -254,3 +254,36 @@ def test_the_definition_api_counts_outputs_as_dali(tmp_path: Path) -> None:
     wire.args["path"].s = "x"
     wire.args["additional_inputs"].i = 10**12
     assert schema.num_outputs(wire) == 2
+
+
+def _leaf_pages(data: bytes, page: int = 4096) -> list[int]:
+    """The numbers of the B-tree leaf pages of an LMDB file (``mp_flags`` & P_LEAF)."""
+    return [n for n in range(2, len(data) // page)
+            if int.from_bytes(data[n * page + 10:n * page + 12], "little") & 0x02]
+
+
+def test_a_damaged_or_truncated_database_is_data_loss_not_the_end_of_the_process(
+        tmp_path: Path) -> None:
+    # LMDB trusts its file: walking a damaged leaf aborts (an assertion), a page past the end
+    # of a cut copy is SIGBUS. Both killed the process that built the pipeline.
+    records = [(key(i), caffe_pb2.Datum(data=bytes([i % 256]) * 300, label=i)
+                .SerializeToString()) for i in range(400)]
+    damaged, cut = write_lmdb(tmp_path / "damaged", records), write_lmdb(tmp_path / "cut", records)
+    data = bytearray((damaged / "data.mdb").read_bytes())
+    leaf = _leaf_pages(bytes(data))[1]
+    data[leaf * 4096:(leaf + 1) * 4096] = bytes(4096)
+    (damaged / "data.mdb").write_bytes(bytes(data))
+    whole = (cut / "data.mdb").read_bytes()
+    (cut / "data.mdb").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(DataFileError, match=r"readers.caffe: the LMDB database '<root 0>/damaged' "
+                                            r"(is damaged|cannot be read)"):
+        Pipeline(caffe([damaged]), data_roots=[tmp_path])
+    with pytest.raises(DataFileError, match=r"the LMDB database '<root 0>/cut' is truncated: its "
+                                            r"meta page counts [\d,]+ pages of 4,096 bytes"):
+        Pipeline(caffe([cut]), data_roots=[tmp_path])
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "data.mdb").write_bytes(b"not lmdb" * 2048)
+    with pytest.raises(DataFileError, match=r"the LMDB database '<root 0>/garbage' cannot be "
+                                            r"read: MDB_INVALID"):
+        Pipeline(caffe([tmp_path / "garbage"]), data_roots=[tmp_path])
+    assert labels(caffe([make_caffe(tmp_path / "fine", 3)]), 3) == [0, 1, 2]

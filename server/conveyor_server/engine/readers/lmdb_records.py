@@ -9,6 +9,15 @@ keys are listed with one cursor pass; the keys are kept in one flat buffer (data
 millions of records) and their digest joins the database's identity, so a restore over a
 database whose keys changed is refused naming it.
 
+The cursor pass runs in a child process (``_LIST_KEYS``), which first checks that the file
+holds every page its meta page counts: LMDB trusts its file, and a truncated copy (a page
+past the end: SIGBUS) or a damaged page (LMDB's assertions abort) would kill the process
+that walks it. So a damaged database is DATA_LOSS naming it, not the end of the server;
+and since the pass visits every branch and leaf page, the reads by key afterwards only
+visit pages that were checked (while the file stays as listed). Pipelines built over the
+same unchanged data file (device, inode, size, modification time) share its listing while
+one of them holds it, as they share its environment.
+
 At run time a record is read by its key in a read transaction of its own (LMDB read
 transactions are cheap, and one per read is safe from any worker thread), never by walking
 a cursor: any position is one B-tree lookup away, so a restore costs no replay. The value
@@ -25,6 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import subprocess
+import sys
 import threading
 import weakref
 from array import array
@@ -52,12 +64,68 @@ _OPEN: weakref.WeakValueDictionary[tuple[int, int], lmdb.Environment] = \
 _OPEN_LOCK = threading.Lock()
 
 
-def _key_digest(keys: Sequence[bytes]) -> str:
+class _Listing:
+    """One database's keys, concatenated, where each ends, and their digest."""
+
+    __slots__ = ("__weakref__", "digest", "ends", "keys")
+
+    def __init__(self, keys: bytes, ends: np.ndarray, digest: str) -> None:
+        self.keys, self.ends, self.digest = keys, ends, digest
+
+    def key(self, local: int) -> bytes:
+        start = int(self.ends[local - 1]) if local else 0
+        return self.keys[start:int(self.ends[local])]
+
+
+#: The listings pipelines hold, by their data file's (device, inode, size, mtime_ns).
+_LISTED: weakref.WeakValueDictionary[tuple[int, int, int, int], _Listing] = \
+    weakref.WeakValueDictionary()
+
+
+def _key_digest(keys: bytes, ends: Sequence[int]) -> str:
+    """SHA-256 over each key's length (4 bytes, little-endian) and bytes, in order."""
     h = hashlib.sha256()
-    for key in keys:
-        h.update(len(key).to_bytes(4, "little"))
-        h.update(key)
+    start = 0
+    for end in ends:
+        h.update((end - start).to_bytes(4, "little"))
+        h.update(keys[start:end])
+        start = end
     return h.hexdigest()
+
+
+#: The child process that lists one database's keys (``argv[1]``: its folder). On stdout:
+#: the count (8 bytes), each key's end in the concatenated keys (8 bytes each), the keys;
+#: exit 3 with the reason (a predicate) on stderr for a database LMDB refuses or that is
+#: shorter than its meta page says; killed by a signal where LMDB meets a damaged page.
+_LIST_KEYS = """
+import os, sys
+from array import array
+import lmdb
+folder = sys.argv[1]
+try:
+    env = lmdb.open(folder, readonly=True, lock=False, create=False, subdir=True,
+                    max_readers=1, max_dbs=0, readahead=False)
+    size = os.stat(os.path.join(folder, "data.mdb")).st_size
+    pages = env.info()["last_pgno"] + 1
+    page = env.stat()["psize"]
+    if pages * page > size:
+        sys.stderr.write(f"is truncated: its meta page counts {pages:,} pages of {page:,} "
+                         f"bytes ({pages * page:,} bytes), the file has {size:,}")
+        sys.exit(3)
+    keys, ends = bytearray(), array("q")
+    with env.begin() as txn:
+        for key in txn.cursor().iternext(keys=True, values=False):
+            keys += key
+            ends.append(len(keys))
+except lmdb.Error as exc:
+    sys.stderr.write("cannot be read: " + str(exc).replace(folder + ": ", ""))
+    sys.exit(3)
+out = sys.stdout.buffer
+out.write(len(ends).to_bytes(8, "little"))
+out.write(ends.tobytes())
+out.write(keys)
+out.flush()
+"""
 
 
 class LmdbRecords:
@@ -78,26 +146,71 @@ class LmdbRecords:
         #: Each database's key digest (what its identity adds to its file's).
         self.digests: list[str] = []
         self._envs: list[lmdb.Environment] = []
-        keys, key_ends, starts = bytearray(), array("q"), [0]
+        self._listings: list[_Listing] = []
+        starts = [0]
         for given in db_paths:
             real = paths.real_dir(given, "path")
             self.files.append(paths.locate(os.path.join(given, DATA_FILE), "database"))
-            env = self._open(real, given)
-            with env.begin() as txn:
-                listed = list(txn.cursor().iternext(keys=True, values=False))
-            for key in listed:
-                keys += key
-                key_ends.append(len(keys))
-            self._envs.append(env)
-            self.digests.append(_key_digest(listed))
-            starts.append(starts[-1] + len(listed))
+            listing = self._listing(real, given)
+            self._envs.append(self._open(real, given))
+            self._listings.append(listing)
+            self.digests.append(listing.digest)
+            starts.append(starts[-1] + len(listing.ends))
         self.count = starts[-1]
         if not self.count:
             raise InvalidArgument(f"{op}: the databases hold no record ({len(db_paths)} "
                                   f"LMDB folder{'s' if len(db_paths) > 1 else ''})")
         self._starts = np.asarray(starts, dtype=np.int64)
-        self._keys = bytes(keys)
-        self._key_ends = np.frombuffer(key_ends, dtype=np.int64)
+
+    def _listing(self, real: str, given: str) -> _Listing:
+        """The database's listing: the one a pipeline holds for the same unchanged data
+        file, else listed now."""
+        try:
+            st = os.stat(os.path.join(real, DATA_FILE))
+            held: tuple[int, int, int, int] | None = (st.st_dev, st.st_ino, st.st_size,
+                                                      st.st_mtime_ns)
+        except OSError:
+            held = None  # _list_keys names the problem
+        listing = _LISTED.get(held) if held else None
+        if listing is None:
+            keys, ends = self._list_keys(real, given)
+            listing = _Listing(keys, np.frombuffer(ends, dtype=np.int64),
+                               _key_digest(keys, ends))
+            if held:
+                _LISTED[held] = listing
+        return listing
+
+    def _list_keys(self, real: str, given: str) -> tuple[bytes, array[int]]:
+        """The keys of the database in the folder ``real``, concatenated, and where each
+        ends: listed by a child process (``_LIST_KEYS``)."""
+        name = f"{self.op}: the LMDB database {self._paths.name(given)!r}"
+        try:
+            done = subprocess.run([sys.executable, "-c", _LIST_KEYS, real],
+                                  capture_output=True, check=False)
+        except OSError as exc:
+            raise DataFileError(f"{name} could not be listed: {exc.strerror or exc}") from None
+        reason = done.stderr.decode("utf-8", "backslashreplace").strip()
+        if done.returncode < 0:
+            try:
+                killed = signal.Signals(-done.returncode).name
+            except ValueError:
+                killed = f"signal {-done.returncode}"
+            last = reason.splitlines()[-1] if reason else ""
+            raise DataFileError(f"{name} is damaged: listing its keys was killed by {killed}"
+                                + (f" ({last})" if last else ""))
+        if done.returncode == 3:
+            raise DataFileError(f"{name} {reason}")
+        out = done.stdout
+        count = int.from_bytes(out[:8], "little") if len(out) >= 8 else -1
+        if done.returncode or count < 0 or len(out) < 8 + 8 * count:
+            raise DataFileError(f"{name} could not be listed (exit status {done.returncode})"
+                                + (f": {reason.splitlines()[-1]}" if reason else ""))
+        ends = array("q")
+        ends.frombytes(out[8:8 + 8 * count])
+        listed = out[8 + 8 * count:]
+        if (ends[-1] if count else 0) != len(listed):
+            raise DataFileError(f"{name} could not be listed (its keys came back cut short)")
+        return listed, ends
 
     def _open(self, real: str, given: str) -> lmdb.Environment:
         """The environment of the folder ``real``, read-only and without the lock file;
@@ -121,8 +234,8 @@ class LmdbRecords:
         return int(np.searchsorted(self._starts, index, side="right")) - 1
 
     def key(self, index: int) -> bytes:
-        start = int(self._key_ends[index - 1]) if index else 0
-        return self._keys[start:int(self._key_ends[index])]
+        db = self.database_of(index)
+        return self._listings[db].key(index - int(self._starts[db]))
 
     def where(self, index: int) -> str:
         """The record as messages name it: its database (below its root) and key."""
