@@ -186,7 +186,7 @@ class LmdbRecords:
         name = f"{self.op}: the LMDB database {self._paths.name(given)!r}"
         try:
             done = subprocess.run([sys.executable, "-c", _LIST_KEYS, real],
-                                  capture_output=True, check=False)
+                                  stdin=subprocess.DEVNULL, capture_output=True, check=False)
         except OSError as exc:
             raise DataFileError(f"{name} could not be listed: {exc.strerror or exc}") from None
         reason = done.stderr.decode("utf-8", "backslashreplace").strip()
