@@ -52,11 +52,15 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
         return open_rank(client, name, spec, start, rank=rank,
                          keep_checkpoints=keep_checkpoints)
     try:
-        return client.create(name, spec, keep_checkpoints=keep_checkpoints,
-                             run_id=run_id or "")
-    except errors.AlreadyExists:
-        pass  # opened before: the same run goes on, another starts afresh
-    info = client.pipeline(name)
+        # A name whose server died exists until it is taken, also once its lease ran out
+        # (when a plain create could claim it): only a free name is created.
+        info = client.pipeline(name)
+    except errors.NotFound:
+        try:
+            return client.create(name, spec, keep_checkpoints=keep_checkpoints,
+                                 run_id=run_id or "")
+        except errors.AlreadyExists:
+            info = client.pipeline(name)  # opened meanwhile: as if it had been before
     wanted = specs.fingerprint(spec).hex()
     if info.fingerprint and info.fingerprint != wanted:
         raise errors.SpecMismatch(
