@@ -102,3 +102,27 @@ def test_a_run_goes_on_after_its_dead_servers_lease_ran_out(start_server: Start,
         assert restarted.pipeline("expired").run_id == "r"
         unnamed = restarted.open("expired", spec)  # whichever run holds it: the same
         assert unnamed.consumed == 3 and batch_bytes(unnamed.run()) == expected[3]
+
+
+def test_a_new_run_fails_over_from_its_own_checkpoints(start_server: Start,
+                                                       image_root: Path) -> None:
+    """The name keeps the old run's checkpoints; a failover of the new run resumes from the
+    new run's, so it stays the new run (a later open of that run goes on, not afresh)."""
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 6)
+    with conveyor.Client([a.address, b.address], timeout=10) as c:
+        old = c.open("runs", spec, run_id="r1")
+        for _ in range(3):
+            old.run()
+        old.checkpoint()  # the old run's, at batch 3
+        new = c.open("runs", spec, run_id="r2")
+        assert new.via == a.address
+        history = [batch_bytes(new.run()) for _ in range(2)]
+        new.checkpoint()  # the new run's, at batch 2
+        history += [batch_bytes(new.run()) for _ in range(2)]
+        a.kill()
+        history += [batch_bytes(new.run()) for _ in range(2)]  # failed over to B at 4
+        assert history == expected and new.failovers == 1
+        assert new.describe().run_id == "r2"
+        assert new.checkpoint().run_id == "r2"
