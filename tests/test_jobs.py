@@ -180,3 +180,30 @@ def test_a_rank_fails_over_within_its_world_and_not_into_a_newer_one(
     # The older world's rank 1 cannot take its pipeline back by a failover restore.
     with pytest.raises(errors.Fenced, match="went on without this rank's world"):
         client(b).resume("job.rank-1", 4)
+
+
+def test_a_resized_rank_fails_over_from_its_own_worlds_checkpoints(
+        start_server: Start, image_root: Path) -> None:
+    """Rank 0's pipeline keeps the older world's checkpoints, one of them past the cut the
+    new world started from: a failover of the new rank 0 resumes from the new world's."""
+    a, b = start_server(), start_server()
+    spec = spec_of(image_root)
+    expected = reference(spec, 2 * 3 + 3 * 5)
+
+    def world(size: int) -> list[conveyor.RemotePipeline]:
+        return [conveyor.Client([a.address, b.address], timeout=10).open(
+            "job", spec, run_id="run-1", rank=r, world_size=size) for r in range(size)]
+
+    two = world(2)
+    history = run_steps(two, 3)
+    for p in two:
+        p.checkpoint()  # step 3: the cut
+    run_steps(two, 2)
+    two[0].checkpoint()  # step 5 on rank 0 only; then the job stops
+    three = world(3)
+    assert [p.consumed for p in three] == [3, 3, 3] and {p.via for p in three} == {a.address}
+    history += run_steps(three, 3)
+    a.kill()  # every rank goes on on B from its own step, 6
+    history += run_steps(three, 2)
+    assert history == expected
+    assert [p.failovers for p in three] == [1, 1, 1]

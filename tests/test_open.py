@@ -4,6 +4,7 @@ starts afresh from batch 0 with the same spec; the holder may be alive or dead."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,49 @@ def test_another_spec_under_the_name_is_refused(start_server: Start,
             with pytest.raises(errors.SpecMismatch, match="another spec"):
                 c.open("kept", other, run_id=run_id)
         assert c.pipeline("kept").run_id == "a"
+
+
+def test_a_run_goes_on_after_its_dead_servers_lease_ran_out(start_server: Start,
+                                                            image_root: Path) -> None:
+    """A name whose server died exists until someone takes it: once its lease ran out a
+    plain create may claim it, but ``open`` still resumes the run where it stood."""
+    short = {"CONVEYOR_REDIS_LEASE_S": "2"}
+    a, b = start_server(env=short), start_server(env=short)
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 6)
+    with client(a) as first_start:
+        pipe = first_start.open("expired", spec, run_id="r")
+        pipe.run(), pipe.run(), pipe.run()
+        pipe.checkpoint()
+    a.kill()
+    time.sleep(2.5)  # the dead holder's lease ran out
+    with client(b) as restarted:
+        again = restarted.open("expired", spec, run_id="r")
+        assert again.consumed == 3 and batch_bytes(again.run()) == expected[3]
+        assert restarted.pipeline("expired").run_id == "r"
+        unnamed = restarted.open("expired", spec)  # whichever run holds it: the same
+        assert unnamed.consumed == 3 and batch_bytes(unnamed.run()) == expected[3]
+
+
+def test_a_new_run_fails_over_from_its_own_checkpoints(start_server: Start,
+                                                       image_root: Path) -> None:
+    """The name keeps the old run's checkpoints; a failover of the new run resumes from the
+    new run's, so it stays the new run (a later open of that run goes on, not afresh)."""
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 6)
+    with conveyor.Client([a.address, b.address], timeout=10) as c:
+        old = c.open("runs", spec, run_id="r1")
+        for _ in range(3):
+            old.run()
+        old.checkpoint()  # the old run's, at batch 3
+        new = c.open("runs", spec, run_id="r2")
+        assert new.via == a.address
+        history = [batch_bytes(new.run()) for _ in range(2)]
+        new.checkpoint()  # the new run's, at batch 2
+        history += [batch_bytes(new.run()) for _ in range(2)]
+        a.kill()
+        history += [batch_bytes(new.run()) for _ in range(2)]  # failed over to B at 4
+        assert history == expected and new.failovers == 1
+        assert new.describe().run_id == "r2"
+        assert new.checkpoint().run_id == "r2"

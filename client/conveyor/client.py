@@ -179,11 +179,12 @@ class Client:
                spec: pipeline_pb2.PipelineSpec | None = None,
                keep_checkpoints: int = 0, via: str | None = None,
                checkpoints: Sequence[service_pb2.CheckpointInfo] | None = None,
-               ) -> RemotePipeline:
+               run_id: str | None = None) -> RemotePipeline:
         """Host ``name`` on this server at the trainer's own position, ``consumed`` batches:
         from its newest checkpoint at or before that position (a drain's, a trainer's), in
         one call, whether its server drained, died or still holds it (it is fenced).
-        ``checkpoints``: the ones to choose from (by default all of the pipeline's)."""
+        ``checkpoints``: the ones to choose from (by default all of the pipeline's).
+        ``run_id``: the run it belongs to from now on (by default the checkpoint's)."""
         found = checkpoints if checkpoints is not None else self._call(
             "ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
             via=via).checkpoints
@@ -193,7 +194,7 @@ class Client:
                                   f"{consumed}")
         best = max(usable, key=lambda c: (c.batches, c.created_unix_ms))
         return self.restore(name, best.id, spec=spec, keep_checkpoints=keep_checkpoints,
-                            consumed=consumed, via=via)
+                            consumed=consumed, via=via, run_id=run_id)
 
     def attach(self, name: str) -> RemotePipeline:
         """Consume an existing pipeline from its acknowledged position."""

@@ -51,12 +51,19 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
     else:
         return open_rank(client, name, spec, start, rank=rank,
                          keep_checkpoints=keep_checkpoints)
-    try:
-        return client.create(name, spec, keep_checkpoints=keep_checkpoints,
-                             run_id=run_id or "")
-    except errors.AlreadyExists:
-        pass  # opened before: the same run goes on, another starts afresh
-    info = client.pipeline(name)
+    info = None
+    if spec.enable_checkpointing:
+        # A name whose server died exists until it is taken, also once its lease ran out
+        # (when a plain create could claim it): only a free name is created. (Without
+        # checkpoints there is no position to go on from: created anew when it can be.)
+        with contextlib.suppress(errors.NotFound):
+            info = client.pipeline(name)
+    if info is None:
+        try:
+            return client.create(name, spec, keep_checkpoints=keep_checkpoints,
+                                 run_id=run_id or "")
+        except errors.AlreadyExists:  # opened before: the same run goes on, another
+            info = client.pipeline(name)  # starts afresh
     wanted = specs.fingerprint(spec).hex()
     if info.fingerprint and info.fingerprint != wanted:
         raise errors.SpecMismatch(

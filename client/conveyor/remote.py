@@ -55,6 +55,8 @@ class RemotePipeline:
         #: How often it moved to another server.
         self.failovers = 0
         self._consumed = info.acknowledged if consumed is None else consumed
+        #: The name's claim this object's stream began under (later ones: its failovers).
+        self._first_generation = info.generation
         self._acks: Acknowledgements | None = None
         self._responses: Any = None
         self._lock = threading.RLock()
@@ -139,7 +141,9 @@ class RemotePipeline:
         others = [a for a in self.client.servers() if a != self.via]
         for address in others:
             try:
-                moved = self.client.resume(self.name, self._consumed, via=address)
+                moved = self.client.resume(self.name, self._consumed, via=address,
+                                           checkpoints=self._own_checkpoints(address),
+                                           run_id=self.info.run_id)
             except errors.ConveyorError as refused:
                 log.info("conveyor: %s could not resume %s: %s", address, self.name,
                          refused.message)
@@ -148,6 +152,21 @@ class RemotePipeline:
             self._moved(address, exc.message)
             return True
         return False
+
+    def _own_checkpoints(self, address: str | None = None,
+                         client: Client | None = None) -> list[service_pb2.CheckpointInfo]:
+        """The pipeline's checkpoints to go on from: the name also keeps those of an older
+        run, and a job's rank those of an older world of the job (past this one's start,
+        perhaps), whose restore would make it that run's or be fenced. This stream's own
+        when one is at or before its position, else all."""
+        found = list((client or self.client)._call(
+            "ListCheckpoints", service_pb2.ListCheckpointsRequest(name=self.name),
+            via=address).checkpoints)
+        if self.info.job.job:  # written since this rank's start (its start's included)
+            own = [c for c in found if c.generation >= self._first_generation]
+        else:
+            own = [c for c in found if c.run_id == self.info.run_id]
+        return own if any(c.batches <= self._consumed for c in own) else found
 
     def _same_job_generation(self, holder: str) -> bool:
         """Whether the pipeline at ``holder`` is still this object's: always, unless it is
@@ -189,7 +208,10 @@ class RemotePipeline:
         server; by default this object's) at the position this trainer consumed, and go
         on from there (``Client.resume``). This object is closed."""
         self.close()
-        return (on or self.client).resume(self.name, self._consumed)
+        client = on or self.client
+        return client.resume(self.name, self._consumed,
+                             checkpoints=self._own_checkpoints(client=client),
+                             run_id=self.info.run_id)
 
     def close(self) -> None:
         """End the stream (the pipeline goes on on its server; ``run()`` would open a new
