@@ -87,8 +87,8 @@ def test_an_older_iteration_closed_late_leaves_the_newer_one_checkpointable(
     assert tensor_bytes(next(first)) == expected[0]
     second = iter(dataset)  # the next epoch goes on after the batch taken
     assert tensor_bytes(next(second)) == expected[1]
-    first.close()  # the older generator is closed only now
+    del first  # the older generator is closed only now
     assert tensor_bytes(next(second)) == expected[2]
     assert dataset.checkpoint().batches == 3
     assert dataset.state_dict()["consumed"] == 3
-    second.close()
+    del second
