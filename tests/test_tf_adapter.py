@@ -228,3 +228,47 @@ def test_the_ranks_of_a_job_take_their_shares_and_resume_from_a_checkpoint(
     assert [element_bytes(next(it)) for it in restored] == [expected[4], expected[5]]
     for dataset in again:
         dataset.close()
+
+
+def test_a_dataset_checkpoint_after_its_loop_ended_holds_where_the_loop_stopped(
+        start_server: Start, image_root: Path, tmp_path: Path) -> None:
+    """Saved at the end of an epoch whose ``for`` loop ended with ``break`` (its iterator
+    gone), the dataset's checkpoint is where the loop stopped, not the dataset's start; a
+    dataset iterated only through ``prefetch`` refuses to save a position it does not know."""
+    server = start_server()
+    spec = half_crops(str(image_root / "imgs"))
+    expected = reference(spec, 6)
+    dataset = ConveyorDataset(server.address, "tf-epoch", spec, run_id="e",
+                              client_options=OPTIONS)
+    for step, _ in enumerate(dataset):
+        if step == 2:
+            break  # 3 batches taken
+    saved = tf.train.Checkpoint(dataset=dataset).save(str(tmp_path / "epoch" / "ckpt"))
+    dataset.close()
+    again = ConveyorDataset(server.address, "tf-epoch", spec, run_id="e",
+                            client_options=OPTIONS)
+    tf.train.Checkpoint(dataset=again).restore(saved).assert_consumed()
+    for step, element in enumerate(again):
+        assert element_bytes(element) == expected[3 + step]
+        if step == 1:
+            break
+    resaved = tf.train.Checkpoint(dataset=again).save(str(tmp_path / "again" / "ckpt"))
+    again.close()
+
+    third = ConveyorDataset(server.address, "tf-epoch", spec, run_id="e",
+                            client_options=OPTIONS)
+    restore = tf.train.Checkpoint(dataset=third).restore
+    restore(resaved).assert_consumed()
+    # A dataset made from it starts at the dataset's start, not at the restored position.
+    with pytest.raises(tf.errors.OpError, match=r"was restored from a checkpoint.*batch 0"):
+        next(iter(third.prefetch(2)))
+    restore(resaved).assert_consumed()
+    assert element_bytes(next(iter(third))) == expected[5]
+    third.close()
+
+    fourth = ConveyorDataset(server.address, "tf-epoch", spec, run_id="e",
+                             client_options=OPTIONS)
+    assert element_bytes(next(iter(fourth.prefetch(2)))) == expected[fourth.start]
+    with pytest.raises(errors.FailedPrecondition, match=r"tf.train.Checkpoint\(iterator="):
+        tf.train.Checkpoint(dataset=fourth).save(str(tmp_path / "derived" / "ckpt"))
+    fourth.close()

@@ -71,3 +71,24 @@ def test_worker_processes_are_refused(image_root: Path) -> None:
         next(iter(DataLoader(dataset, batch_size=None, num_workers=1)))
     assert "FailedPrecondition" in repr(caught.value) or isinstance(caught.value,
                                                                     FailedPrecondition)
+
+
+def test_an_older_iteration_closed_late_leaves_the_newer_one_checkpointable(
+        start_server: Start, image_root: Path) -> None:
+    """A new epoch's iteration opens while the previous one's generator is still alive (a
+    traceback or a variable holds it); when that one is closed later, ``checkpoint()`` still
+    stores the newer iteration's position instead of saying nothing is being iterated."""
+    server = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
+    expected = reference(spec, 3)
+    dataset = ConveyorDataset(server.address, "torch-epochs", spec, run_id="r1",
+                              client_options={"timeout": 10})
+    first = iter(dataset)
+    assert tensor_bytes(next(first)) == expected[0]
+    second = iter(dataset)  # the next epoch goes on after the batch taken
+    assert tensor_bytes(next(second)) == expected[1]
+    del first  # the older generator is closed only now
+    assert tensor_bytes(next(second)) == expected[2]
+    assert dataset.checkpoint().batches == 3
+    assert dataset.state_dict()["consumed"] == 3
+    del second

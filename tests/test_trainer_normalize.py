@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -77,3 +78,44 @@ def test_bad_arguments_name_themselves() -> None:
         crop_mirror_normalize(images, mean=[0.0], std=[1.0], output_layout="NCHW")
     with pytest.raises(InvalidArgument, match="dtype"):
         crop_mirror_normalize(images, mean=[0.0], std=[1.0], dtype=torch.int8)
+    # The server's operator refuses a zero std; here it gave NaN and infinities silently.
+    with pytest.raises(InvalidArgument, match=r"std \[1.0, 0.0, 2.0\]: values must be non-zero"):
+        crop_mirror_normalize(images, mean=[0.0], std=[1.0, 0.0, 2.0])
+
+
+def test_random_windows_channels_and_arguments_match_the_servers_arithmetic() -> None:
+    """Odd sizes, windows at the edges, mirrored views, 1-5 channels, one value or one per
+    channel, any scale and shift (float16 overflowing to infinity included): the helper's
+    bytes are those of the server's per-sample and per-batch code."""
+    from conveyor.normalization import folded_coefficients, next_pow2
+    from conveyor_server.engine.ops.args import per_channel
+    from conveyor_server.engine.ops.normalize import normalize
+    from conveyor_server.engine.ops.normalize_batch import normalize_batch
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        c, h, w = (int(v) for v in rng.integers(1, (6, 30, 30)))
+        image = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+        ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        y, x = [(0, w - cw), (h - ch, 0), (int(rng.integers(0, h - ch + 1)),
+                                           int(rng.integers(0, w - cw + 1)))][trial % 3]
+        view = image[y:y + ch, x:x + cw]
+        view = view[:, ::-1] if trial % 2 else view
+        mean = list(rng.uniform(-300, 300, 1 if trial % 5 == 0 else c))
+        std = list(rng.uniform(0.001, 300, 1 if trial % 7 == 0 else c))
+        scale, shift = float(rng.uniform(-1000, 1000)), float(rng.uniform(-500, 500))
+        dtype, chw, pad = (np.float32, np.float16)[trial % 2], trial % 4 < 2, trial % 3 == 0
+        mul, add = folded_coefficients(per_channel("cmn", "mean", mean, c),
+                                       per_channel("cmn", "std", std, c), scale, shift)
+        channels = next_pow2(c) if pad else c
+        server = normalize(view, mul, add, np.dtype(dtype), chw=chw, channels_out=channels)
+        batch = normalize_batch([view, view], mul, add, np.dtype(dtype), chw=chw,
+                                channels_out=channels)
+        pixels = torch.from_numpy(view.copy())
+        for got, sent in ((pixels, server), (torch.stack([pixels, pixels]), batch)):
+            mine = crop_mirror_normalize(got, mean=mean, std=std, scale=scale, shift=shift,
+                                         dtype=torch.float16 if dtype == np.float16 else None,
+                                         output_layout="CHW" if chw else "HWC",
+                                         pad_output=pad).numpy()
+            assert (mine.dtype, mine.shape) == (sent.dtype, sent.shape), trial
+            assert mine.tobytes() == sent.tobytes(), trial

@@ -21,8 +21,12 @@ So ``tf.train.Checkpoint(iterator=iterator)`` of any iterator over this dataset 
 and restoring it into an iterator of a fresh ``ConveyorDataset`` (another process, another
 server) goes on with the very same bytes, as DALI's TensorFlow plugin does with its own
 checkpoints. The dataset itself is checkpointable too (``tf.train.Checkpoint(dataset=...)``):
-it saves the position of its newest iterator (the one ``for batch in dataset`` makes), and a
-restored dataset's next iterator starts there.
+it saves the position of its newest iterator (the one ``for batch in dataset`` makes, kept
+after its loop ended), and a restored dataset's next iterator starts there. Batches taken
+only through a dataset made from it (``dataset.prefetch(2)``) make that checkpoint refuse
+(FailedPrecondition), and so does taking a batch that way from a restored dataset before
+iterating it: the dataset's own checkpoint is not that iterator's position; checkpoint that
+dataset's iterator instead.
 
 Like every ``tf.data.Dataset``, each new iterator starts at the dataset's start: the
 position ``Client.open`` found when the dataset was made (batch 0 for a new pipeline, the
@@ -32,14 +36,13 @@ run's position for a resumed one). The stream never ends: bound an epoch with ``
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
-from conveyor.errors import InvalidArgument
+from conveyor.errors import FailedPrecondition, InvalidArgument
 from conveyor.tf.stream import BatchStream, parallel_arguments
 from conveyor.tf.tensors import signature_of, value_of
 from conveyor.v1 import pipeline_pb2
@@ -82,8 +85,12 @@ class ConveyorDataset(dataset_ops.DatasetV2):
             tf.data.experimental.ExternalStatePolicy.IGNORE
         self._batches = tf.data.Dataset.range(self._stream.start, END) \
             .map(self._take).with_options(options)
-        self._newest: weakref.ref[Any] | None = None
+        #: The newest iterator of this dataset itself, kept: once a loop over it ended (a
+        #: ``break``), its position is still the one a checkpoint of the dataset saves.
+        self._newest: Any = None
         self._restored: Any = None
+        #: Whether any iterator took a batch since the dataset was made or restored.
+        self._taken = False
         super().__init__(self._batches._variant_tensor)
 
     @property
@@ -105,6 +112,14 @@ class ConveyorDataset(dataset_ops.DatasetV2):
 
     def _batch(self, index: Any) -> list[Any]:
         position = int(index)
+        if self._restored is not None:
+            raise FailedPrecondition(
+                f"ConveyorDataset {self.name!r} was restored from a checkpoint, whose position "
+                "only an iterator of the dataset itself (iter(dataset), for ... in dataset) "
+                f"starts at; an iterator of a dataset made from it asked for batch {position} "
+                "from the dataset's start: iterate the dataset itself, or checkpoint and "
+                "restore the iterator you use (tf.train.Checkpoint(iterator=iterator))")
+        self._taken = True
         batch = self._stream.batch(position)
         if len(batch) != len(self._signature):
             raise InvalidArgument(f"batch {position} of {self.name!r} has {len(batch)} "
@@ -126,14 +141,20 @@ class ConveyorDataset(dataset_ops.DatasetV2):
         if self._restored is not None:
             iterator._restore_from_tensors({"_STATE": self._restored})
             self._restored = None
-        self._newest = weakref.ref(iterator)
+        self._newest = iterator
         return iterator
 
     # -- checkpointing the dataset: its newest iterator's position -------------------
 
     def _serialize_to_tensors(self) -> dict[str, Any]:
-        newest = self._newest() if self._newest is not None else None
+        newest = self._newest
         if newest is None:
+            if self._taken:
+                raise FailedPrecondition(
+                    f"ConveyorDataset {self.name!r}: its batches were taken by an iterator "
+                    "of a dataset made from it (prefetch, map, take...), whose position a "
+                    "checkpoint of this dataset does not know: checkpoint that iterator "
+                    "(tf.train.Checkpoint(iterator=iterator))")
             if self._restored is not None:
                 return {"_STATE": self._restored}
             newest = super().__iter__()  # (makes no batch: at the start)
@@ -142,6 +163,7 @@ class ConveyorDataset(dataset_ops.DatasetV2):
     def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> list[Any]:
         self._restored = restored_tensors["_STATE"]
         self._newest = None
+        self._taken = False
         return []
 
     def close(self) -> None:

@@ -106,7 +106,8 @@ class ConveyorDataset(IterableDataset):
                             self.consumed - job.step) * job.world_size
                     yield tuple(self._tensors(out) for out in batch)
             finally:
-                self._pipe = None
+                if self._pipe is pipe:  # (a newer iteration's pipeline stays checkpointable)
+                    self._pipe = None
                 pipe.close()
 
     def _tensors(self, out: TensorList) -> Any:

@@ -43,6 +43,9 @@ def crop_mirror_normalize(images: Any, *, mean: Sequence[float], std: Sequence[f
         raise InvalidArgument(f"crop_mirror_normalize: images of shape {tuple(images.shape)}:"
                               " expected HWC or NHWC")
     channels = int(images.shape[-1])
+    if any(s == 0 for s in std):
+        raise InvalidArgument(f"crop_mirror_normalize: std {list(std)}: values must be "
+                              "non-zero (as the server's operator requires)")
     mul, add = folded_coefficients(_per_channel("mean", mean, channels),
                                    _per_channel("std", std, channels), scale, shift)
     device = images.device
