@@ -126,3 +126,23 @@ def test_a_new_run_fails_over_from_its_own_checkpoints(start_server: Start,
         assert history == expected and new.failovers == 1
         assert new.describe().run_id == "r2"
         assert new.checkpoint().run_id == "r2"
+
+
+def test_a_position_the_service_does_not_hold_is_refused_not_restarted(
+        start_server: Start, image_root: Path) -> None:
+    """A trainer's own count of a run whose pipeline is gone (deleted, expired, another
+    Redis) is refused: starting the run again at batch 0 would repeat its data."""
+    server = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 3)
+    with client(server) as c:
+        with pytest.raises(errors.NotFound, match="consumed 4 batches of run 'r'.*free"):
+            c.open("gone", spec, run_id="r", consumed=4)
+        with pytest.raises(errors.NotFound):
+            c.pipeline("gone")  # nothing was created
+        first = c.open("gone", spec, run_id="r", consumed=0)  # a count of 0: a fresh start
+        assert batch_bytes(first.run()) == expected[0]
+        with pytest.raises(errors.NotFound, match="consumed 2 batches of run 'other'.*"
+                                                  "holds run 'r'"):
+            c.open("gone", spec, run_id="other", consumed=2)
+        assert c.pipeline("gone").run_id == "r"  # the run holding it was left alone

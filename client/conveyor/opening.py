@@ -12,7 +12,10 @@ Determined's two continuations:
 - another run (continue a trial: same model, a fresh batch index) starts a fresh stream
   from batch 0 with the same spec; the old run's checkpoints are kept.
 
-``run_id=None`` means "whichever run holds the name": the same-run case.
+``run_id=None`` means "whichever run holds the name": the same-run case. A trainer that
+says it consumed batches (``consumed`` > 0) of a run the name does not hold (a free name:
+deleted, expired, another Redis) is refused (NOT_FOUND) rather than started again at batch
+0, which would repeat its data.
 
 With ``world_size`` > 1 the name is a data-parallel job's and ``rank`` one of its ranks
 (``job_opening.py``); a one-rank open goes on with the job of that name if there is one
@@ -59,6 +62,7 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
         with contextlib.suppress(errors.NotFound):
             info = client.pipeline(name)
     if info is None:
+        _no_position_to_drop(name, run_id, consumed, "the name is free")
         try:
             return client.create(name, spec, keep_checkpoints=keep_checkpoints,
                                  run_id=run_id or "")
@@ -72,6 +76,7 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
             "needs another name", pipeline=name)
     if run_id is None or run_id == info.run_id:
         return _go_on(client, name, info.run_id, consumed, keep_checkpoints)
+    _no_position_to_drop(name, run_id, consumed, f"the name holds run {info.run_id!r}")
     free_name(client, name, info.holder)
     try:
         return client.create(name, spec, keep_checkpoints=keep_checkpoints, run_id=run_id)
@@ -93,6 +98,19 @@ def _go_on(client: Client, name: str, run_id: str, consumed: int | None,
         consumed = max(found, key=_newest).batches
     return client.resume(name, consumed, keep_checkpoints=keep_checkpoints,
                          checkpoints=found)
+
+
+def _no_position_to_drop(name: str, run_id: str | None, consumed: int | None,
+                         why: str) -> None:
+    """Refuse to start ``run_id`` afresh at batch 0 when the trainer says it consumed
+    batches of it already: its data would come again. (Its checkpoints are gone: the
+    pipeline was deleted, they expired, or this is another Redis.)"""
+    if consumed:
+        raise errors.NotFound(
+            f"pipeline {name!r}: the trainer consumed {consumed} batches of run "
+            f"{run_id or '(unnamed)'!r}, but {why}: that run's position is not kept here, "
+            "and starting it again at batch 0 would repeat its data; open without consumed= "
+            "(or consumed=0) to start at batch 0", pipeline=name)
 
 
 def _newest(c: service_pb2.CheckpointInfo) -> tuple[int, int]:
