@@ -7,7 +7,9 @@ measured in process (``Pipeline.run``: what the engine makes) and over gRPC on l
 (``conveyor.Client``, one stream, the trainer consuming as fast as it can). A fourth
 contender keeps uint8 on the wire and normalises to float16 on the trainer
 (``conveyor.torch.crop_mirror_normalize`` on its CPU), as a trainer with a GPU would on
-the GPU. Batches of 64; images per second, and the bytes of one image on the wire.
+the GPU. A fifth takes the float16 stream as a PyTorch trainer does, as tensors from
+``conveyor.torch.ConveyorDataset``. Batches of 64; images per second, and the bytes of one
+image on the wire.
 
 Target: >= 2,500 images/s per trainer stream in float16 on loopback.
 
@@ -92,7 +94,7 @@ def main() -> None:
     print(machine())
     import torch
 
-    from conveyor.torch import crop_mirror_normalize
+    from conveyor.torch import ConveyorDataset, crop_mirror_normalize
 
     with tempfile.TemporaryDirectory() as tmp:
         root = make_arrays(Path(tmp) / "arrays")
@@ -117,9 +119,15 @@ def main() -> None:
                 contenders[f"gRPC stream, {name}"] = rate(remote[name].run, server.pid)
             contenders["gRPC stream, uint8 + trainer-side float16"] = rate(trainer_normalised,
                                                                            server.pid)
+            # The same float16 stream as a PyTorch trainer takes it: tensors from the dataset.
+            dataset = ConveyorDataset([server.address], "wire-torch", specs["float16"])
+            tensors = [iter(dataset)]
+            contenders["gRPC stream, float16 as torch tensors (conveyor.torch)"] = rate(
+                lambda: next(tensors[0]), server.pid)
             results = interleaved(contenders, runs)
             for stream in remote.values():
                 stream.close()
+            tensors.clear()  # (the generator, dropped, closes its stream)
         for engine in local.values():
             engine.close()
     rows = []
