@@ -185,9 +185,7 @@ class Client:
         one call, whether its server drained, died or still holds it (it is fenced).
         ``checkpoints``: the ones to choose from (by default all of the pipeline's).
         ``run_id``: the run it belongs to from now on (by default the checkpoint's)."""
-        found = checkpoints if checkpoints is not None else self._call(
-            "ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
-            via=via).checkpoints
+        found = checkpoints if checkpoints is not None else self.checkpoints(name, via)
         usable = [c for c in found if c.batches <= consumed]
         if not usable:
             raise errors.NotFound(f"pipeline {name!r} has no checkpoint at or before batch "
@@ -208,9 +206,10 @@ class Client:
     def pipelines(self) -> list[service_pb2.PipelineInfo]:
         return list(self._call("ListPipelines", service_pb2.ListPipelinesRequest()).pipelines)
 
-    def checkpoints(self, name: str) -> list[service_pb2.CheckpointInfo]:
-        return list(self._call("ListCheckpoints",
-                               service_pb2.ListCheckpointsRequest(name=name)).checkpoints)
+    def checkpoints(self, name: str, via: str | None = None) -> list[service_pb2.CheckpointInfo]:
+        """The checkpoints of ``name`` (asked of the server ``via``, if given)."""
+        return list(self._call("ListCheckpoints", service_pb2.ListCheckpointsRequest(name=name),
+                               via=via).checkpoints)
 
     def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
         reply = self._call("GetCheckpoint", service_pb2.GetCheckpointRequest(id=checkpoint_id))

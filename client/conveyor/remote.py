@@ -159,9 +159,7 @@ class RemotePipeline:
         run, and a job's rank those of an older world of the job (past this one's start,
         perhaps), whose restore would make it that run's or be fenced. This stream's own
         when one is at or before its position, else all."""
-        found = list((client or self.client)._call(
-            "ListCheckpoints", service_pb2.ListCheckpointsRequest(name=self.name),
-            via=address).checkpoints)
+        found = (client or self.client).checkpoints(self.name, via=address)
         if self.info.job.job:  # written since this rank's start (its start's included)
             own = [c for c in found if c.generation >= self._first_generation]
         else:
