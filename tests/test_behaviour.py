@@ -18,7 +18,7 @@ from conveyor_server.engine.behaviour.measure import (
     measure,
     process_behaviour,
 )
-from conveyor_server.engine.behaviour.probes import OP_PROBES, SOURCE_PROBES
+from conveyor_server.engine.behaviour.probe_set import OP_PROBES, SOURCE_PROBES
 from conveyor_server.engine.ops import registry
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches

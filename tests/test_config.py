@@ -23,6 +23,7 @@ from conveyor.channel import wait_serving
 from conveyor.credentials import TlsOptions
 from conveyor_server import Pipeline
 from conveyor_server.app import config as configuration
+from conveyor_server.app import config_loading
 from conveyor_server.app.main import load_config
 from conveyor_server.app.startup import load_spec
 from conveyor_server.demo.launch import (
@@ -53,12 +54,12 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     env = {"CONVEYOR_LIMITS_MAX_PIPELINES": "5", "CONVEYOR_REDIS_URL": "redis://env:6379/1",
            "CONVEYOR_REDIS_PORT": "tcp://10.0.0.1:6379",  # set by Kubernetes: not a key
            "CONVEYOR_TOKEN": "s3cret"}
-    cfg = configuration.load(cfg_path, env, {"limits.max_pipelines": 7})
+    cfg = config_loading.load(cfg_path, env, {"limits.max_pipelines": 7})
     assert cfg.listen == "127.0.0.1:7000" and cfg.redis.timeout_s == 2.0
     assert cfg.redis.url == "redis://env:6379/1"
     assert cfg.limits.max_pipelines == 7 and cfg.limits.max_batch_bytes == 100
     assert cfg.auth.token == "s3cret" and cfg.data_roots == (str(tmp_path),)
-    assert configuration.load(None, {}).limits == configuration.LimitsConfig()
+    assert config_loading.load(None, {}).limits == configuration.LimitsConfig()
 
 
 def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
@@ -69,10 +70,10 @@ def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
            configuration.env_name("advertise"): "",
            configuration.env_name("drain.grace_s"): "2.5",
            "CONVEYOR_ALLOCATOR_TUNE": "false"}
-    cfg = configuration.load(None, env)
+    cfg = config_loading.load(None, env)
     assert cfg.redis.sentinels == ("a:1", "b:2") and cfg.redis.mode == "sentinel"
     assert cfg.advertise is None and cfg.drain.grace_s == 2.5
-    assert cfg.allocator.tune is False and configuration.load(None, {}).allocator.tune
+    assert cfg.allocator.tune is False and config_loading.load(None, {}).allocator.tune
 
 
 @pytest.mark.parametrize(("doc", "env", "message"), [
@@ -103,20 +104,20 @@ def test_every_key_has_its_environment_variable(tmp_path: Path) -> None:
 def test_bad_configuration_names_the_key(tmp_path: Path, doc: dict[str, object],
                                          env: dict[str, str], message: str) -> None:
     with pytest.raises(configuration.ConfigError, match=message):
-        configuration.load(write(tmp_path / "s.yaml", doc), env)
+        config_loading.load(write(tmp_path / "s.yaml", doc), env)
 
 
 def test_the_canonical_variable_wins_over_its_old_alias() -> None:
     env = {"CONVEYOR_TOKEN": "old", "CONVEYOR_AUTH_TOKEN": "new"}
-    assert configuration.load(None, env).auth.token == "new"
-    assert configuration.load(None, {"CONVEYOR_TOKEN": "old"}).auth.token == "old"
+    assert config_loading.load(None, env).auth.token == "new"
+    assert config_loading.load(None, {"CONVEYOR_TOKEN": "old"}).auth.token == "old"
 
 
 def test_malformed_files_and_urls_are_refused_clearly(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_bytes(b"listen: \xff\xfe\n")
     with pytest.raises(configuration.ConfigError, match="not UTF-8"):
-        configuration.load(path)
+        config_loading.load(path)
     for url in ("redis://h:abc/0", "redis://h:99999/0"):
         with pytest.raises(errors.InvalidArgument, match="redis.url"):
             connect(configuration.RedisConfig(url=url))
@@ -129,7 +130,7 @@ def test_bad_yaml_says_where(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("listen: [\n")
     with pytest.raises(configuration.ConfigError, match=r"not valid YAML at line 2"):
-        configuration.load(path)
+        config_loading.load(path)
 
 
 def test_checks_beyond_types(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 """The app room: the server as a program.
 
 Holds the command line (``main.py``), the configuration from file, environment and flags
-(``config.py``, ``config_values.py``), TLS and authentication from the configuration
-(``security.py``), the pipelines named in the configuration (``startup.py``), the decoders'
-own pixel caps, set before OpenCV loads (``decoder_caps.py``), logs (``logs.py``),
-Prometheus metrics (``metrics.py``, the service's observer) and the container health probe
-(``probe.py``).
+(declared in ``config.py``, read by ``config_loading.py``), TLS and authentication from the
+configuration (``security.py``), the pipelines named in the configuration (``startup.py``),
+the decoders' own pixel caps, set before OpenCV loads (``decoder_caps.py``), logs
+(``logs.py``), Prometheus metrics (``metrics.py``, the service's observer) and the
+container health probe (``probe.py``).
 
 Imports: every other room; it assembles them. Nothing imports the app room but the demo.
 """

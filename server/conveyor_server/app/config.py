@@ -7,6 +7,9 @@ the file, then the environment, then command-line flags. Unknown keys and bad va
 refused at start-up with the key's path and where the value came from. Environment
 variables that name no key are left alone (Kubernetes sets ``<SERVICE>_PORT`` variables of
 its own). ``pipelines`` (a list of mappings) is set in the file only.
+
+This module declares the configuration (its keys, types and defaults); ``config_loading.py``
+reads it from those sources.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from conveyor.errors import InvalidArgument
@@ -190,56 +192,6 @@ def leaf_paths(cls: type = ServerConfig, prefix: str = "") -> dict[str, Any]:
 
 def env_name(path: str) -> str:
     return ENV_PREFIX + path.upper().replace(".", "_")
-
-
-def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-         overrides: Mapping[str, Any] | None = None) -> ServerConfig:
-    """Read the file (if any), apply the environment and then ``overrides`` (dotted path ->
-    value, from flags), and validate the result."""
-    from conveyor_server.app.config_values import build, read_yaml, set_path
-
-    raw: dict[str, Any] = read_yaml(path) if path is not None else {}
-    origins: dict[str, str] = {}
-    where = str(path) if path is not None else "the defaults"
-    leaves = leaf_paths()
-    by_env = {env_name(p): p for p in leaves} | ENV_ALIASES
-    # Older aliases first, so that the canonical name wins where both are set.
-    for name, value in sorted((env or {}).items(), key=lambda kv: kv[0] not in ENV_ALIASES):
-        key = by_env.get(name)
-        if key is not None:
-            set_path(raw, key, value, text=True)
-            origins[key] = f"environment variable {name}"
-    for key, value in (overrides or {}).items():
-        if key not in leaves:
-            raise ConfigError(f"{key}: no such configuration key")
-        set_path(raw, key, value, text=False)
-        origins[key] = "the command line"
-    base = Path(path).parent if path is not None else Path.cwd()
-    config = build(ServerConfig, raw, "", where, origins)
-    auth = raw.get("auth")
-    for secret in ("token", "token_file", "tokens_file"):
-        given = auth.get(secret) if isinstance(auth, dict) else None
-        # Null in the file is the default; an empty string, or an empty or null value from
-        # the environment or a flag, is a secret that went missing.
-        explicit = f"auth.{secret}" in origins or isinstance(given, str)
-        if isinstance(auth, dict) and secret in auth and explicit \
-                and not str(given or "").strip():
-            raise ConfigError(f"auth.{secret}: set, but empty (from "
-                              f"{origins.get('auth.' + secret, where)}): unset it, or set "
-                              "auth.disabled: true to run without authentication; an empty "
-                              "secret does not turn it off")
-    return dataclasses.replace(config,
-                               pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
-
-
-def _resolve_spec_paths(entries: tuple[PipelineEntry, ...],
-                        base: Path) -> list[PipelineEntry]:
-    out = []
-    for e in entries:
-        if e.spec_file is not None and not Path(e.spec_file).is_absolute():
-            e = dataclasses.replace(e, spec_file=str(base / e.spec_file))
-        out.append(e)
-    return out
 
 
 def union_args(hint: Any) -> tuple[Any, ...]:

@@ -24,6 +24,7 @@ from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.channel import host_port
 from conveyor.errors import ConveyorError, InvalidArgument
 from conveyor_server.app import config as configuration
+from conveyor_server.app import config_loading
 from conveyor_server.app.decoder_caps import cap_decoders
 from conveyor_server.app.logs import FORMATS, configure_logging
 from conveyor_server.app.security import (
@@ -33,8 +34,7 @@ from conveyor_server.app.security import (
 )
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.external_sources import ExternalSources
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.spec_bounds import SpecBounds
+from conveyor_server.engine.limits import EngineLimits, SpecBounds
 from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.store.connect import connect
 from conveyor_server.store.redis_process import RedisProcess
@@ -114,8 +114,8 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
 def load_config(argv: list[str] | None = None,
                 env: Mapping[str, str] | None = None) -> configuration.ServerConfig:
     args = parse_args(argv)
-    cfg = configuration.load(args.config, os.environ if env is None else env,
-                             overrides_from(args))
+    cfg = config_loading.load(args.config, os.environ if env is None else env,
+                              overrides_from(args))
     if args.host is not None or args.port is not None:
         # --host / --port replace a part of whatever listen address the sources gave.
         host, _, port = cfg.listen.rpartition(":")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +35,8 @@ from conveyor import schema
 from conveyor.errors import InvalidArgument, ResourceExhausted
 from conveyor.spec import validate_spec
 from conveyor.v1 import pipeline_pb2
+from conveyor_server.engine.limits import EngineLimits, SpecBounds
 
-if TYPE_CHECKING:
-    from conveyor_server.engine.limits import EngineLimits
-
-#: Room a checkpoint takes beyond its spec: the engine's identity, one state and one file
-#: list digest per operator (a few KiB for the largest spec); generous on purpose.
-CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 #: List arguments whose length follows the data set, bounded by the spec's size alone.
 LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels"),
                         ("readers.numpy", "files"), ("readers.webdataset", "paths"),
@@ -66,68 +61,6 @@ EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {
     "random_resized_crop": ("size",),
     "decoders.image_crop": ("crop", "crop_h", "crop_w"),
 }
-#: Bounds an operator sets in the configuration (``limits.<name>``); the others are fixed.
-CONFIGURABLE = ("max_batch_size", "max_threads", "max_prefetch_depth", "max_ops",
-                "max_spec_bytes")
-
-
-@dataclass(frozen=True)
-class SpecBounds:
-    #: Samples per batch.
-    max_batch_size: int = 4096
-    #: Worker threads of one pipeline.
-    max_threads: int = 64
-    #: Batches one pipeline computes ahead of its consumer.
-    max_prefetch_depth: int = 16
-    #: Operators in one spec (and outputs it returns).
-    max_ops: int = 256
-    #: The encoded spec (a checkpoint may be this plus ``CHECKPOINT_OVERHEAD_BYTES``).
-    max_spec_bytes: int = 16 << 20
-    #: Entries of a list argument (``mean``, ``shape``, ``file_filters``, ...), except the
-    #: file list itself (``files``, ``labels``), which only ``max_spec_bytes`` bounds.
-    max_list_items: int = 4096
-    #: Characters of a string argument or list entry (a path: Linux's PATH_MAX).
-    max_string_chars: int = 4096
-    #: Characters of an operator's type, name, device and argument names, and of the
-    #: spec's ``definition``.
-    max_name_chars: int = 256
-    #: Values a random operator draws per sample (the product of its ``shape``).
-    max_random_values: int = 4096
-
-    @property
-    def max_checkpoint_bytes(self) -> int:
-        """The largest checkpoint blob a server with these bounds accepts."""
-        return self.max_spec_bytes + CHECKPOINT_OVERHEAD_BYTES
-
-    @property
-    def max_message_bytes(self) -> int:
-        """The largest request a server with these bounds must read: a Restore carrying a
-        checkpoint and a spec to compare it with (and as much again as a checkpoint's
-        overhead for the rest of the message)."""
-        return self.max_checkpoint_bytes + self.max_spec_bytes + CHECKPOINT_OVERHEAD_BYTES
-
-    def limit_name(self, attr: str) -> str:
-        """How a message names bound ``attr``: its configuration key, or the fixed value."""
-        if attr in CONFIGURABLE:
-            return f"the server's limit limits.{attr} = {getattr(self, attr):,}"
-        return f"the fixed limit {attr} = {getattr(self, attr):,}"
-
-    def over(self, field: str, what: str, attr: str) -> ResourceExhausted:
-        """The error for ``field``, which is ``what``, over bound ``attr``."""
-        key = f"limits.{attr}" if attr in CONFIGURABLE else attr
-        return ResourceExhausted(f"{field}: {what}, above {self.limit_name(attr)}",
-                                 field=field, limit=key)
-
-    def check_checkpoint(self, blob: bytes, field: str = "data") -> None:
-        """Refuse a checkpoint blob larger than any spec within these bounds can make."""
-        if len(blob) > self.max_checkpoint_bytes:
-            raise ResourceExhausted(
-                f"{field}: the checkpoint is {len(blob):,} bytes, above the server's limit "
-                f"of {self.max_checkpoint_bytes:,} (limits.max_spec_bytes = "
-                f"{self.max_spec_bytes:,} plus {CHECKPOINT_OVERHEAD_BYTES:,})",
-                field=field, limit="limits.max_spec_bytes")
-
-
 def check_spec(spec: pipeline_pb2.PipelineSpec, limits: EngineLimits) -> None:
     """Validate ``spec`` and, where ``limits.spec`` is set, refuse one over its bounds or
     whose fixed sizes are over ``limits``' (see the module's docstring)."""

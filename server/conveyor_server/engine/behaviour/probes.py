@@ -8,70 +8,24 @@ returns arrays directly (draws, orders). An operator whose output depends on an 
 that selects a different implementation (an interpolation) declares it as its ``variant``:
 each value is probed and digested apart, so a pipeline depends only on the paths it uses.
 
-Every operator the schemas know must have a probe here (a test checks it).
+Every operator the schemas know must have a probe here (a test checks it). The readers'
+and the external source's probes are in ``reader_probes.py`` and ``source_probes.py``; all
+three register into ``probe_set.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from conveyor.schema import DTYPES, schema_of
 from conveyor_server.engine.behaviour.inputs import image, images, probe_files
+from conveyor_server.engine.behaviour.probe_set import Case, Targs, op_probe, source_probe
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import RandomStage
-
-Targs = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class Case:
-    args: Mapping[str, Any]
-    #: (inputs, per-sample arguments) of each sample, in batch order.
-    samples: Sequence[tuple[Sequence[np.ndarray], Targs]]
-    input_layouts: tuple[str, ...] = ("HWC",)
-
-
-@dataclass(frozen=True)
-class OpProbe:
-    cases: Callable[[str], list[Case]]
-    #: The argument whose value selects the implementation ("" when none).
-    variant_arg: str = ""
-    variants: tuple[str, ...] = ("",)
-
-
-#: A source probe: the arrays it outputs (draws, orders).
-SourceProbe = Callable[[], list[np.ndarray]]
-
-OP_PROBES: dict[str, OpProbe] = {}
-SOURCE_PROBES: dict[str, SourceProbe] = {}
-
-
-def op_probe(op_type: str, variant_arg: str = "") -> Callable[[Callable[[str], list[Case]]],
-                                                             Callable[[str], list[Case]]]:
-    def add(cases: Callable[[str], list[Case]]) -> Callable[[str], list[Case]]:
-        variants = schema_of(op_type).args[variant_arg].choices if variant_arg else ("",)
-        OP_PROBES[op_type] = OpProbe(cases, variant_arg, variants)
-        return cases
-    return add
-
-
-def source_probe(op_type: str) -> Callable[[Callable[[], list[np.ndarray]]],
-                                            Callable[[], list[np.ndarray]]]:
-    def add(outputs: Callable[[], list[np.ndarray]]) -> Callable[[], list[np.ndarray]]:
-        SOURCE_PROBES[op_type] = outputs
-        return outputs
-    return add
-
-
-def variant_of(op_type: str, args: Mapping[str, Any]) -> str:
-    """The variant a configured operator uses ("" for operators without variants)."""
-    probe = OP_PROBES.get(op_type)
-    return str(args[probe.variant_arg]) if probe is not None and probe.variant_arg else ""
 
 
 def _f32(value: float) -> np.ndarray:
@@ -299,6 +253,3 @@ def _file_order() -> list[np.ndarray]:
     return out
 
 
-# The readers' and the external source's probes live beside, in their own modules;
-# importing them registers them.
-from conveyor_server.engine.behaviour import reader_probes, source_probes  # noqa: E402, F401

@@ -19,7 +19,7 @@ import tarfile
 import numpy as np
 from numpy.lib import format as npy
 
-from conveyor_server.engine.behaviour.probes import source_probe
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.limits import NO_LIMITS
 from conveyor_server.engine.readers import caffe, npy_format, tar_index
 from conveyor_server.engine.readers.formats import caffe2_pb2, caffe_pb2

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.external_source import BatchInfo, SampleInfo
-from conveyor_server.engine.behaviour.probes import source_probe
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.stages.external_source import ExternalSourceStage
 
 _BATCH = 4

@@ -1,4 +1,5 @@
-"""Turning YAML values and environment strings into the typed configuration.
+"""Reading the server's configuration: the YAML file, then the environment, then the
+command line's flags, turned into the typed ``ServerConfig`` of ``config.py`` (``load``).
 
 Every refusal is a ``ConfigError`` that names the key's dotted path, the value and where it
 came from (the file, an environment variable, or the command line).
@@ -15,7 +16,15 @@ from typing import Any, Literal
 
 import yaml
 
-from conveyor_server.app.config import ConfigError, PipelineEntry, union_args
+from conveyor_server.app.config import (
+    ENV_ALIASES,
+    ConfigError,
+    PipelineEntry,
+    ServerConfig,
+    env_name,
+    leaf_paths,
+    union_args,
+)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -188,3 +197,51 @@ def _number(value: Any, target: type, path: str, source: str, got: str) -> Any:
     if target is float and isinstance(value, int | float):
         return float(value)
     raise ConfigError(f"{path}: expected {kind}, {got} (from {source})")
+
+
+def load(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None) -> ServerConfig:
+    """Read the file (if any), apply the environment and then ``overrides`` (dotted path ->
+    value, from flags), and validate the result."""
+    raw: dict[str, Any] = read_yaml(path) if path is not None else {}
+    origins: dict[str, str] = {}
+    where = str(path) if path is not None else "the defaults"
+    leaves = leaf_paths()
+    by_env = {env_name(p): p for p in leaves} | ENV_ALIASES
+    # Older aliases first, so that the canonical name wins where both are set.
+    for name, value in sorted((env or {}).items(), key=lambda kv: kv[0] not in ENV_ALIASES):
+        key = by_env.get(name)
+        if key is not None:
+            set_path(raw, key, value, text=True)
+            origins[key] = f"environment variable {name}"
+    for key, value in (overrides or {}).items():
+        if key not in leaves:
+            raise ConfigError(f"{key}: no such configuration key")
+        set_path(raw, key, value, text=False)
+        origins[key] = "the command line"
+    base = Path(path).parent if path is not None else Path.cwd()
+    config = build(ServerConfig, raw, "", where, origins)
+    auth = raw.get("auth")
+    for secret in ("token", "token_file", "tokens_file"):
+        given = auth.get(secret) if isinstance(auth, dict) else None
+        # Null in the file is the default; an empty string, or an empty or null value from
+        # the environment or a flag, is a secret that went missing.
+        explicit = f"auth.{secret}" in origins or isinstance(given, str)
+        if isinstance(auth, dict) and secret in auth and explicit \
+                and not str(given or "").strip():
+            raise ConfigError(f"auth.{secret}: set, but empty (from "
+                              f"{origins.get('auth.' + secret, where)}): unset it, or set "
+                              "auth.disabled: true to run without authentication; an empty "
+                              "secret does not turn it off")
+    return dataclasses.replace(config,
+                               pipelines=tuple(_resolve_spec_paths(config.pipelines, base)))
+
+
+def _resolve_spec_paths(entries: tuple[PipelineEntry, ...],
+                        base: Path) -> list[PipelineEntry]:
+    out = []
+    for e in entries:
+        if e.spec_file is not None and not Path(e.spec_file).is_absolute():
+            e = dataclasses.replace(e, spec_file=str(base / e.spec_file))
+        out.append(e)
+    return out
