@@ -78,3 +78,21 @@ def start_server(
     finally:
         for server in started:
             server.stop()
+
+
+#: Past this many lines, a module is named at the end of the run: a prompt to check that it
+#: still does one job. Not a cap: a module is split by job, never by its size.
+LONG_MODULE_LINES = 400
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    root = Path(__file__).resolve().parent.parent
+    sources = [p for d in ("client/conveyor", "server/conveyor_server", "tests", "bench")
+               for p in (root / d).rglob("*.py") if "_pb2" not in p.name]
+    long = sorted((n, p.relative_to(root)) for p in sources
+                  if (n := len(p.read_text().splitlines())) > LONG_MODULE_LINES)
+    if long:
+        terminalreporter.write_sep("-", f"modules over {LONG_MODULE_LINES} lines: does each "
+                                   "still do one job?")
+        for n, path in reversed(long):
+            terminalreporter.write_line(f"{path} ({n} lines)")
