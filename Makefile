@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
 (set PIP_INDEX_URL for a mirror; details in $(LOG)), then run make again" >&2; exit 1
 
-.PHONY: test demo bench bench-resnet50 proto clean
+.PHONY: test demo docs bench bench-resnet50 proto clean
 
 $(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -27,6 +27,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a page
+# missing from the navigation fails it. `make test` builds it too (tests/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 demo: $(STAMP)
 	@$(BIN)/python -m conveyor_server.demo.run $(DEMO_ARGS)
@@ -56,4 +61,4 @@ proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out site
