@@ -52,14 +52,18 @@ def section_blocks(path: Path, heading: str) -> list[tuple[str, str]]:
 def quickstart(path: Path) -> tuple[str, str]:
     """The trainer (the python block) and the output the page shows for two runs."""
     blocks = section_blocks(path, "A trainer, in 20 lines")
-    code = next(text for info, text in blocks if info == "python")
-    output = next(text for info, text in blocks if info == "" and "opened at batch" in text)
-    return code, output
+    code = [text for info, text in blocks if info == "python"]
+    output = [text for info, text in blocks if info == "" and "opened at batch" in text]
+    assert len(code) == 1 and len(output) == 1, \
+        f"{path.name}: want one python block and one block of its output for two runs"
+    return code[0], output[0]
 
 
 def demo_output(path: Path) -> str:
     blocks = section_blocks(path, "The two commands")
-    return next(text for info, text in blocks if text.startswith("Conveyor demo:"))
+    shown = [text for _, text in blocks if text.startswith("Conveyor demo:")]
+    assert len(shown) == 1, f"{path.name}: want one block of the demo's output"
+    return shown[0]
 
 
 def without_nonces(text: str) -> str:
