@@ -7,11 +7,10 @@ build of Intel IPP (``resize`` and ``random_resized_crop``, linear and cubic, ch
 IPP held to its AVX2 build and OpenCV's AVX-512 dispatch off, such a node computes every
 behaviour key as an AVX2 node does (measured over all the probe's keys;
 docs/concepts/exactness.md), at no cost measurable in whole pipelines (one area resize
-alone: ~10 %): a
-cluster mixing the two restores every checkpoint on every node. Both settings are
-environment variables OpenCV reads once, when it loads, so the engine package sets them on
-import (``conveyor_server.engine``), before any of its modules imports ``cv2``, and
-processes this one starts inherit them.
+alone: ~10 %): a cluster mixing the two restores every checkpoint on every node. Both
+settings are environment variables OpenCV reads once, when it loads, so the engine package
+sets them on import (``conveyor_server.engine``), before any of its modules imports
+``cv2``, and processes this one starts inherit them.
 
 ``CONVEYOR_CPU_PATHS`` chooses:
 
