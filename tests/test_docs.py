@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,3 +86,16 @@ def test_a_page_missing_from_the_navigation_fails_the_build(tmp_path: Path) -> N
     done = build(copy, tmp_path / "site")
     assert done.returncode != 0
     assert "orphan.md" in done.stdout + done.stderr
+
+
+def test_the_readme_links_into_pages_and_anchors_that_exist(site: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\((docs/[^)#]+\.md)(#[^)]+)?\)", readme)
+    assert links, "the README links into docs/"
+    for page, anchor in links:
+        assert (ROOT / page).is_file(), page
+        if anchor:
+            built = site / page.removeprefix("docs/").removesuffix(".md") / "index.html"
+            if page == "docs/index.md":
+                built = site / "index.html"
+            assert f'id="{anchor[1:]}"' in built.read_text(), f"{page}{anchor}"
