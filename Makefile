@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
 (set PIP_INDEX_URL for a mirror; details in $(LOG)), then run make again" >&2; exit 1
 
-.PHONY: test test-repeat demo bench bench-resnet50 proto clean
+.PHONY: test test-repeat demo docs bench bench-resnet50 proto clean
 
 # Two steps into one .venv: what the demo and a server need (the runtime, at the image's
 # versions, and a redis-server), then, for `make test` only, the test tools and the trainer
@@ -45,6 +45,11 @@ RUNS ?= 10
 test-repeat: $(TEST_STAMP)
 	$(BIN)/python scripts/repeat_tests.py --runs $(RUNS) -- $(TESTS) $(PYTEST_ARGS)
 
+# The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a page
+# missing from the navigation fails it. `make test` builds it too (tests/test_docs.py).
+docs: $(TEST_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 demo: $(STAMP)
 	@$(BIN)/python -m conveyor_server.demo.run $(DEMO_ARGS)
 
@@ -73,4 +78,4 @@ proto: $(TEST_STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out site

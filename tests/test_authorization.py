@@ -1,8 +1,8 @@
 """The authorisation matrix against one real server with a tokens file: who calls (no
 token, a wrong token, the creator, another identity, an operator) against what it does
 (create, describe, list, stream, checkpoint, restore, delete). Every cell is what the
-README's security section documents; a refused cell leaves the creator's pipeline as it
-was, and its message names neither a token nor the creator."""
+security page (docs/operations/security.md) documents; a refused cell leaves the creator's
+pipeline as it was, and its message names neither a token nor the creator."""
 
 from __future__ import annotations
 

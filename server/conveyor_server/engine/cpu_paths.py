@@ -5,12 +5,12 @@ On an x86-64 CPU with AVX-512, OpenCV runs two kinds of code that an AVX2 CPU do
 its own AVX-512 dispatch (``hsv`` and ``color_twist`` change bytes on it) and the AVX-512
 build of Intel IPP (``resize`` and ``random_resized_crop``, linear and cubic, change). With
 IPP held to its AVX2 build and OpenCV's AVX-512 dispatch off, such a node computes every
-behaviour key as an AVX2 node does (measured over all the probe's keys; README, "Exact on
-which nodes"), at no cost measurable in whole pipelines (one area resize alone: ~10 %): a
-cluster mixing the two restores every checkpoint on every node. Both settings are
-environment variables OpenCV reads once, when it loads, so the engine package sets them on
-import (``conveyor_server.engine``), before any of its modules imports ``cv2``, and
-processes this one starts inherit them.
+behaviour key as an AVX2 node does (measured over all the probe's keys;
+docs/concepts/exactness.md), at no cost measurable in whole pipelines (one area resize
+alone: ~10 %): a cluster mixing the two restores every checkpoint on every node. Both
+settings are environment variables OpenCV reads once, when it loads, so the engine package
+sets them on import (``conveyor_server.engine``), before any of its modules imports
+``cv2``, and processes this one starts inherit them.
 
 ``CONVEYOR_CPU_PATHS`` chooses:
 
@@ -20,7 +20,7 @@ processes this one starts inherit them.
 - ``native``: every path the CPU has.
 
 A variable already set is left as it is: an operator's explicit setting (the baseline
-recipe in the README, for instance) wins.
+recipe in docs/concepts/exactness.md, for instance) wins.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The reference environment: every optional SIMD path of numpy and OpenCV, and Intel's
 IPP, turned off, so the libraries run their baseline code. Every x86-64 node computes the
 same bytes in it (at some cost in speed): the golden digests are measured in it, and a
-mixed node pool can run every server in it (see the README)."""
+mixed node pool can run every server in it (docs/concepts/exactness.md)."""
 
 from __future__ import annotations
 
