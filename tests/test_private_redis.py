@@ -6,15 +6,19 @@ data taken over; the data survives restarts. Real servers, real redis-servers.""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
 
+from conveyor.errors import Unavailable
 from conveyor_server.demo.sample_data import make_image_folder
 from conveyor_server.store.owner_lock import DirectoryInUse
 from conveyor_server.store.parent_death import parent_death_hook
@@ -124,13 +128,9 @@ def test_a_second_server_on_the_same_state_dir_is_refused_and_sigterm_ends_redis
     assert not (state / "redis" / "redis.sock").exists()  # a clean shutdown removes it
 
 
-def test_a_redis_left_running_by_a_gone_server_is_shut_down_and_its_data_taken_over(
-    tmp_path: Path, data_root: Path,
-) -> None:
-    """As a server of a version without the lock, or on a system without a parent-death
-    signal, leaves it: a redis-server of no living owner on the directory's files."""
-    state = tmp_path / "state"
-    directory = state / "redis"
+def start_unowned_redis(directory: Path) -> subprocess.Popen[bytes]:
+    """A redis-server on ``directory``'s files that holds no lock there, as the private
+    Redis of a server that is gone does."""
     directory.mkdir(parents=True)
     socket_path = directory / "redis.sock"
     orphan = subprocess.Popen(
@@ -138,11 +138,23 @@ def test_a_redis_left_running_by_a_gone_server_is_shut_down_and_its_data_taken_o
          "--dir", str(directory), "--save", "", "--appendonly", "yes",
          "--appendfsync", "always", "--logfile", str(directory / "redis.log")],
         stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not socket_path.exists():
+        assert time.monotonic() < deadline, "the unowned redis-server did not start"
+        time.sleep(0.01)
+    return orphan
+
+
+def test_a_redis_left_running_by_a_gone_server_is_shut_down_and_its_data_taken_over(
+    tmp_path: Path, data_root: Path,
+) -> None:
+    """As a server of a version without the lock, or on a system without a parent-death
+    signal, leaves it: a redis-server of no living owner on the directory's files."""
+    state = tmp_path / "state"
+    directory = state / "redis"
+    socket_path = directory / "redis.sock"
+    orphan = start_unowned_redis(directory)
     try:
-        deadline = time.monotonic() + 10
-        while not socket_path.exists():
-            assert time.monotonic() < deadline, "the orphan redis-server did not start"
-            time.sleep(0.01)
         probe = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2)
         probe.set("written-before", "kept")
         probe.close()
@@ -188,3 +200,54 @@ def test_a_child_whose_parent_died_before_it_was_bound_does_not_run() -> None:
     assert hook is not None
     with pytest.raises(subprocess.SubprocessError, match="preexec_fn"):
         subprocess.run(["true"], preexec_fn=hook, check=False)
+
+
+def test_a_left_redis_that_does_not_answer_is_refused_not_replaced(tmp_path: Path) -> None:
+    directory = tmp_path / "redis"
+    orphan = start_unowned_redis(directory)
+    try:
+        orphan.send_signal(signal.SIGSTOP)  # alive, holding the socket, answering nothing
+        proc = RedisProcess(directory, appendonly=True)
+        with pytest.raises(Unavailable) as refused:
+            proc.start()
+        assert refused.value.message == (
+            f"a redis-server (pid unknown) left running by a process that is gone holds "
+            f"{directory / 'redis.sock'} but does not answer: end it (kill its pid) and "
+            "start again")
+        assert not proc.running
+        orphan.send_signal(signal.SIGCONT)
+        assert orphan.poll() is None  # left alone
+        # The refusal released the directory: once the operator has ended it, a start works.
+        orphan.terminate()
+        orphan.wait(10)
+        with RedisProcess(directory, appendonly=True) as again:
+            assert again.running
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()  # SIGKILL ends a stopped process too
+        orphan.wait()
+
+
+def test_a_redis_started_from_another_thread_outlives_that_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The parent-death signal follows the thread that forked: a Redis started from a
+    short-lived thread is not bound (it would die with the thread), and says so."""
+    proc = RedisProcess(tmp_path / "redis", appendonly=True)
+    with caplog.at_level(logging.WARNING, logger="conveyor.server"):
+        starter = threading.Thread(target=proc.start)
+        starter.start()
+        starter.join()
+    try:
+        assert "started from a thread other than the main one" in caplog.text
+        # The kernel sends a parent-death signal as the thread's task goes; Redis acts on
+        # a SIGTERM in its next cron round (every 100 ms): three rounds' time after that.
+        task = Path(f"/proc/self/task/{starter.native_id}")
+        while task.exists():
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert proc.running, (tmp_path / "redis" / "redis.log").read_text()
+        assert "SIGTERM" not in (tmp_path / "redis" / "redis.log").read_text()
+        assert redis_pid(proc.socket) > 0
+    finally:
+        proc.cleanup()

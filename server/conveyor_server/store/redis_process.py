@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from conveyor.errors import Unavailable
 from conveyor_server.store.owner_lock import OwnerLock
@@ -171,7 +173,8 @@ class RedisProcess:
         file) before ours starts on the same files. One that does not answer is refused."""
         if not self.socket.exists():
             return
-        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=2.0)
+        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=2.0,
+                             retry=Retry(NoBackoff(), 0))  # one question, one timeout
         try:
             try:
                 pid = int(client.info("server")["process_id"])
