@@ -208,16 +208,22 @@ def test_a_left_redis_that_does_not_answer_is_refused_not_replaced(tmp_path: Pat
     try:
         orphan.send_signal(signal.SIGSTOP)  # alive, holding the socket, answering nothing
         proc = RedisProcess(directory, appendonly=True)
-        with pytest.raises(Unavailable) as refused:
+        with pytest.raises(Unavailable) as unrecorded:
             proc.start()
-        assert refused.value.message == (
+        assert unrecorded.value.message == (
             f"a redis-server (pid unknown) left running by a process that is gone holds "
             f"{directory / 'redis.sock'} but does not answer: end it (kill its pid) and "
             "start again")
         assert not proc.running
+        # As its owner recorded it, and still that redis-server: the message names it.
+        (directory / "owner.lock").write_text(json.dumps({"pid": 1, "redis_pid": orphan.pid}))
+        with pytest.raises(Unavailable) as recorded:
+            proc.start()
+        assert recorded.value.message.startswith(f"a redis-server (pid {orphan.pid}) left ")
+        assert recorded.value.message.endswith(f"end it (kill {orphan.pid}) and start again")
         orphan.send_signal(signal.SIGCONT)
         assert orphan.poll() is None  # left alone
-        # The refusal released the directory: once the operator has ended it, a start works.
+        # The refusals released the directory: once the operator ended it, a start works.
         orphan.terminate()
         orphan.wait(10)
         with RedisProcess(directory, appendonly=True) as again:

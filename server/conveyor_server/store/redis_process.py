@@ -63,6 +63,16 @@ def _running(pid: int) -> bool:
     return True
 
 
+def _serves(pid: int, socket: Path) -> bool:
+    """Whether ``pid`` is a redis-server on ``socket`` (it names its socket in its process
+    title), not another process that took a recorded pid over; False where unknown."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(socket).encode() in title
+
+
 class RedisBinaryNotFound(Unavailable):
     pass
 
@@ -179,11 +189,12 @@ class RedisProcess:
             try:
                 pid = int(client.info("server")["process_id"])
             except redis.TimeoutError:
-                pid_text = str(recorded_pid) if recorded_pid else "its pid"
+                known = recorded_pid is not None and _serves(recorded_pid, self.socket)
                 raise Unavailable(
-                    f"a redis-server (pid {recorded_pid or 'unknown'}) left running by a "
-                    f"process that is gone holds {self.socket} but does not answer: end it "
-                    f"(kill {pid_text}) and start again") from None
+                    f"a redis-server (pid {recorded_pid if known else 'unknown'}) left running "
+                    f"by a process that is gone holds {self.socket} but does not answer: end "
+                    f"it (kill {recorded_pid if known else 'its pid'}) and start "
+                    "again") from None
             except redis.ConnectionError:
                 return  # a socket file left behind: nothing listens on it
             log.warning("a redis-server (pid %d) left running by a process that is gone "
