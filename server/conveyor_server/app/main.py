@@ -22,7 +22,7 @@ import grpc
 
 from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.channel import host_port
-from conveyor.errors import ConveyorError, InvalidArgument
+from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument
 from conveyor_server.app import config as configuration
 from conveyor_server.app import config_loading
 from conveyor_server.app.decoder_caps import cap_decoders
@@ -37,6 +37,7 @@ from conveyor_server.engine.external_sources import ExternalSources
 from conveyor_server.engine.limits import EngineLimits, SpecBounds
 from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.store.connect import connect
+from conveyor_server.store.owner_lock import DirectoryInUse
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
 
@@ -150,6 +151,19 @@ def spec_bounds(limits: configuration.LimitsConfig) -> SpecBounds:
                       max_spec_bytes=limits.max_spec_bytes)
 
 
+def start_private_redis(state_dir: Path) -> RedisProcess:
+    """The redis-server of this server alone, in ``state_dir/redis``: it ends with this
+    process, and one server at a time runs it there (``store/redis_process.py``)."""
+    try:
+        return RedisProcess(state_dir / "redis", appendonly=True).start()
+    except DirectoryInUse as exc:
+        holder = f"process (pid {exc.holder_pid})" if exc.holder_pid else "process"
+        raise FailedPrecondition(
+            f"state_dir: {state_dir.resolve()} holds the private Redis of another {holder}, "
+            "which still runs: stop that conveyor-server, give this one its own "
+            "--state-dir, or run both against one shared Redis with --redis-url") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
     metrics_http: MetricsServer | None = None
@@ -177,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         security.log_summary(cfg.listen)
         url = cfg.redis.url
         if not url and cfg.redis.mode == "standalone":
-            embedded = RedisProcess(Path(cfg.state_dir) / "redis", appendonly=True).start()
+            embedded = start_private_redis(Path(cfg.state_dir))
             url = embedded.url
             log.info("no redis.url given: started a private redis-server at %s with "
                      "append-only persistence in %s (point several servers at one shared "

@@ -3,7 +3,9 @@
 Holds the ``Store`` (``store.py``) with its Lua scripts (``scripts/*.lua``, read once) and
 the records it reads back, owners and checkpoints with their creators (``records.py``); the
 connection modes: standalone, TLS, Sentinel, Cluster (``connect.py``), and the embedded
-``redis-server`` the server starts when it is given no Redis (``redis_process.py``).
+``redis-server`` the server starts when it is given no Redis (``redis_process.py``), which
+ends with the process that started it (``parent_death.py``) and runs one at a time in its
+directory (``owner_lock.py``).
 
 Imports: the ``conveyor`` client package (errors, shared channel helpers) and libraries;
 no other room of ``conveyor_server``.
