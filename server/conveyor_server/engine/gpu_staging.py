@@ -8,10 +8,15 @@ wait), then the batch's device-to-host copies are enqueued, then a second event,
 batch's fence, which the consumer waits on before reading the bytes. The copies of batch
 k so run while batch k + 1 is decoded and transformed, and the compute stream never waits
 for a copy. Pinned buffers let the copies run asynchronously at the bus's speed.
+
+``run()`` hands its caller a batch it may keep: ``copy_out`` copies a batch's samples out
+of the ring slot once, back to back into one host buffer (so ``TensorList.as_array`` is a
+view of it, not another copy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -106,3 +111,20 @@ def output_stager(plan: Plan, depth: int) -> BatchStager | None:
     copier = CudaCopier(plan.spec.device_id)
     return BatchStager(OutputRing(depth + 2, copier.allocate), copier, refs)
 
+
+def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray] | None:
+    """``samples`` copied out of ``slot`` (a ring slot's buffer) once, back to back in one
+    new buffer, so that samples of one shape form one array without another copy; None
+    when no sample lies in the slot (an output the ring does not hold, returned as it is).
+    """
+    if not any(np.may_share_memory(s, slot) for s in samples):
+        return None
+    packed = np.empty(sum(int(s.nbytes) for s in samples), dtype=np.uint8)
+    out = []
+    offset = 0
+    for sample in samples:
+        view = packed[offset:offset + sample.nbytes].view(sample.dtype).reshape(sample.shape)
+        np.copyto(view, sample)
+        out.append(view)
+        offset += sample.nbytes
+    return out
