@@ -66,10 +66,15 @@ ENV PATH=/opt/conveyor/bin:$PATH \
 # Not in server/constraints.txt: the GPU extras (CuPy, nvImageCodec, nvJPEG, NVML's bindings)
 # and this stage's CUDA libraries. A checkpoint of a GPU pipeline records their versions
 # (the engine identity's GPU path) and restores only where they are the same.
+# The runtime base has no CUDA headers, and CuPy compiles no kernel without them: the extra
+# brings them as a wheel (nvidia-cuda-runtime), and the build fails here, not at the first
+# batch, if CuPy's lookup (cuda-pathfinder) does not find cuda_runtime.h.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
     pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
-        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[${CONVEYOR_GPU_EXTRA}]"
+        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[${CONVEYOR_GPU_EXTRA}]" \
+    && python -c "from cuda.pathfinder import find_nvidia_header_directory as find; \
+raise SystemExit(0 if find('cudart') else 'no CUDA headers (cuda_runtime.h) for CuPy')"
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp

@@ -13,13 +13,34 @@ import pytest
 
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
+from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS
 from conveyor_server.engine.ops.nvimgcodec_batch import BatchDecoder, gpu_target
 from tests.images import make_image_folder
 from tests.op_helpers import gradient, noise, pil_bytes
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches
 
-pytestmark = pytest.mark.gpu
+
+def gpu_decoder_missing() -> str:
+    """Why nvImageCodec cannot decode on CUDA device 0 here ("" when it can): a GPU host
+    without it (or without a build for its CUDA) skips these tests, as a host without a
+    GPU does (tests/conftest.py)."""
+    if cuda_device_count() == 0:
+        return "needs a CUDA device; this machine has none"
+    try:
+        from nvidia import nvimgcodec
+    except ImportError as exc:
+        return f"needs nvImageCodec (the server's [gpu] or [gpu-cu13] extra): {exc}"
+    try:
+        nvimgcodec.Decoder(device_id=0,
+                           backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.GPU_ONLY)])
+    except Exception as exc:  # no nvJPEG, or a build for another CUDA than the driver's
+        return f"nvImageCodec cannot decode on CUDA device 0: {type(exc).__name__}: {exc}"
+    return ""
+
+
+_MISSING = gpu_decoder_missing()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_MISSING), reason=_MISSING)]
 
 
 @pipeline_def(batch_size=4, seed=3, enable_checkpointing=True)

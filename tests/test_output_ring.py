@@ -15,6 +15,7 @@ from conveyor.client import Client
 from conveyor.errors import FailedPrecondition
 from conveyor_server import Pipeline
 from conveyor_server.app.metrics import Metrics
+from conveyor_server.engine.gpu_staging import copy_out
 from conveyor_server.engine.output_ring import OutputRing
 from conveyor_server.engine.staging import ALIGN, BatchStager, HostCopier, OutputStaging
 from conveyor_server.service.lifecycle import Runtime
@@ -139,11 +140,15 @@ def test_a_pipeline_returns_its_batches_through_the_ring(tmp_path: Path) -> None
         assert all(any(np.shares_memory(x, s.buffer) for s in out._slots) for x in images)
         for x, y in zip(images, expected[0][0], strict=True):
             np.testing.assert_array_equal(x, y)
+        # Batch 0 is out, so prefetch holds batch 1 only; next_ready submits batch 2 and
+        # stages whatever is computed by then (batch 1; batch 2 too if it was that quick).
         ringed.wait_prefetched()
         assert ringed.next_ready(0)
-        assert out.held() == [0, 1]  # batch 1 staged before it is asked for; 0 still held
+        ringed.wait_prefetched()
+        assert ringed.next_ready(0)
+        assert out.held() == [0, 1, 2]  # 1 and 2 staged before they are asked for; 0 held
         release()
-        assert out.held() == [1]
+        assert out.held() == [1, 2]
         batch, release = ringed.run_staged()
         for x, y in zip(batch[0], expected[1][0], strict=True):
             np.testing.assert_array_equal(x, y)
@@ -199,3 +204,36 @@ def test_the_stream_encodes_from_the_slots_and_gives_each_back(
     finally:
         runtime.stop()
         store.close()
+
+
+def test_run_copies_a_ringed_output_out_once_into_one_buffer(tmp_path: Path) -> None:
+    """``run()`` copies each output the ring holds out of its slot once, the samples back
+    to back: the batch as one array is a view of that copy, not another stack."""
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as ringed:
+        out = through_the_ring(ringed)
+        for _ in range(3):
+            (images, labels), (expected, expected_labels) = ringed.run(), plain.run()
+            batch = images.as_array()
+            assert batch.shape == (3, 24, 20, 3)
+            assert np.shares_memory(batch, images[0]) and np.shares_memory(batch, images[2])
+            assert not any(np.shares_memory(batch, s.buffer) for s in out._slots)
+            np.testing.assert_array_equal(batch, expected.as_array())
+            assert [int(v[0]) for v in labels] == [int(v[0]) for v in expected_labels]
+
+
+def test_copy_out_packs_ragged_samples_and_leaves_other_outputs_alone() -> None:
+    slot = np.zeros(4096, dtype=np.uint8)
+    a = slot[0:60].view(np.float32).reshape(3, 5)
+    b = slot[64:96].view(np.float32).reshape(2, 4)
+    a[...] = np.arange(15, dtype=np.float32).reshape(3, 5)
+    b[...] = -np.arange(8, dtype=np.float32).reshape(2, 4)
+    copies = copy_out([a, b], slot)
+    assert copies is not None
+    for copy, original in zip(copies, (a, b), strict=True):
+        assert copy.dtype == original.dtype and copy.shape == original.shape
+        np.testing.assert_array_equal(copy, original)
+        assert not np.shares_memory(copy, slot)
+    assert copies[1].ctypes.data == copies[0].ctypes.data + a.nbytes  # back to back
+    elsewhere = [np.ones((2, 2), dtype=np.int32)]
+    assert copy_out(elsewhere, slot) is None

@@ -1,14 +1,22 @@
 """Copies out of the GPU: CuPy arrays into pinned host memory on a CUDA stream of their own.
 
-The copy stream is a blocking stream, so its copies start after the work already queued on
-the device's legacy default stream, where the GPU operators leave their batches complete
-(``ops/registry.py``); they run while the next batches are decoded and transformed, and an
-event recorded after them is the batch's fence. Pinned buffers let the copies run
-asynchronously at the bus's speed.
+A pipeline's batches are computed on its device's non-blocking compute stream
+(``cuda/streams.py``). Each pipeline copies them out on its own non-blocking copy stream,
+ordered after a batch's work by one event: when a batch is staged, an event is recorded
+on the compute stream and the copy stream waits for it (on the GPU; the host does not
+wait), then the batch's device-to-host copies are enqueued, then a second event, the
+batch's fence, which the consumer waits on before reading the bytes. The copies of batch
+k so run while batch k + 1 is decoded and transformed, and the compute stream never waits
+for a copy. Pinned buffers let the copies run asynchronously at the bus's speed.
+
+``run()`` hands its caller a batch it may keep: ``copy_out`` copies a batch's samples out
+of the ring slot once, back to back into one host buffer (so ``TensorList.as_array`` is a
+view of it, not another copy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,8 +31,8 @@ _DEVICE_TO_HOST = 2
 
 class _EventFence:
     """The event after a batch's copies, and the device arrays they read: kept until the
-    copies are done (CuPy's memory pool would hand freed memory to the next batch, on
-    another stream, while a copy still reads it)."""
+    copies are done (CuPy's memory pool would hand freed memory to later work on the
+    compute stream while a copy on the copy stream still reads it)."""
 
     def __init__(self, event: Any, sources: list[Any]) -> None:
         self._event = event
@@ -36,14 +44,23 @@ class _EventFence:
 
 
 class CudaCopier:
+    """Copies a pipeline's batches out of device ``device_id`` on a copy stream of its own.
+    ``copy`` queues a batch's arrays; ``fence`` orders the copy stream after the work
+    enqueued on the compute stream so far, issues the queued copies and returns the event
+    that follows them."""
+
     def __init__(self, device_id: int) -> None:
         import cupy
 
+        from conveyor_server.engine.cuda import streams
+
         self._cupy = cupy
-        self._device = cupy.cuda.Device(max(device_id, 0))
+        self._device_id = max(device_id, 0)
+        self._device = cupy.cuda.Device(self._device_id)
         with self._device:
-            self._stream = cupy.cuda.Stream(non_blocking=False)
-        self._sources: list[Any] = []
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._compute = streams.compute_stream(self._device_id)
+        self._queued: list[tuple[Any, np.ndarray]] = []
 
     def allocate(self, nbytes: int) -> np.ndarray:
         memory = self._cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
@@ -53,20 +70,27 @@ class CudaCopier:
         return isinstance(value, self._cupy.ndarray)
 
     def copy(self, source: Any, target: np.ndarray) -> None:
-        with self._device:
-            source = self._cupy.ascontiguousarray(source)  # the decoders' already are
-            self._sources.append(source)
-            if source.nbytes:
-                self._cupy.cuda.runtime.memcpyAsync(target.ctypes.data, source.data.ptr,
-                                                    source.nbytes, _DEVICE_TO_HOST,
-                                                    self._stream.ptr)
+        if not source.flags.c_contiguous:  # the decoders' and kernels' outputs already are
+            with self._device, self._compute:
+                source = self._cupy.ascontiguousarray(source)
+        self._queued.append((source, target))
 
     def fence(self) -> _EventFence:
+        cupy = self._cupy
+        queued, self._queued = self._queued, []
         with self._device:
-            event = self._cupy.cuda.Event(disable_timing=True)
-            event.record(self._stream)
-        sources, self._sources = self._sources, []
-        return _EventFence(event, sources)
+            # The batch's work is enqueued (its host work is done): one ordering point.
+            computed = cupy.cuda.Event(disable_timing=True)
+            computed.record(self._compute)
+            self._stream.wait_event(computed)
+            for source, target in queued:
+                if source.nbytes:
+                    cupy.cuda.runtime.memcpyAsync(target.ctypes.data, source.data.ptr,
+                                                  source.nbytes, _DEVICE_TO_HOST,
+                                                  self._stream.ptr)
+            copied = cupy.cuda.Event(disable_timing=True)
+            copied.record(self._stream)
+        return _EventFence(copied, [source for source, _ in queued])
 
 
 def gpu_outputs(plan: Plan) -> list[Ref]:
@@ -86,3 +110,21 @@ def output_stager(plan: Plan, depth: int) -> BatchStager | None:
         return None
     copier = CudaCopier(plan.spec.device_id)
     return BatchStager(OutputRing(depth + 2, copier.allocate), copier, refs)
+
+
+def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray] | None:
+    """``samples`` copied out of ``slot`` (a ring slot's buffer) once, back to back in one
+    new buffer, so that samples of one shape form one array without another copy; None
+    when no sample lies in the slot (an output the ring does not hold, returned as it is).
+    """
+    if not any(np.may_share_memory(s, slot) for s in samples):
+        return None
+    packed = np.empty(sum(int(s.nbytes) for s in samples), dtype=np.uint8)
+    out = []
+    offset = 0
+    for sample in samples:
+        view = packed[offset:offset + sample.nbytes].view(sample.dtype).reshape(sample.shape)
+        np.copyto(view, sample)
+        out.append(view)
+        offset += sample.nbytes
+    return out

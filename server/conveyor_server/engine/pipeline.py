@@ -19,8 +19,6 @@ from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from conveyor import spec as specs
 from conveyor.errors import (
     CheckpointingDisabled,
@@ -35,7 +33,7 @@ from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.engine_id import engine_id
 from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
-from conveyor_server.engine.gpu_staging import output_stager
+from conveyor_server.engine.gpu_staging import copy_out, output_stager
 from conveyor_server.engine.job_share import Share, place_stages
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.listings import ListingArchive, first_change, keep_listings
@@ -172,11 +170,18 @@ class Pipeline:
         outputs, staged = self._next_batch()
         if staged is None:
             return outputs
-        # Out of the ring: the caller may keep these as long as it likes.
-        copies = tuple(TensorList([np.array(s) for s in out], out.layout(), out.dtype)
-                       for out in outputs)
-        staged.release()
-        return copies
+        # Out of the ring, once: the caller may keep these as long as it likes (the outputs
+        # the ring does not hold, such as a reader's labels, are returned as they are).
+        # ``run_staged`` hands out the ring's own views instead, valid until released.
+        try:
+            copies = []
+            for out in outputs:
+                samples = copy_out(list(out), staged.slot.buffer)
+                copies.append(out if samples is None else
+                              TensorList(samples, out.layout(), out.dtype))
+        finally:
+            staged.release()
+        return tuple(copies)
 
     def run_staged(self) -> tuple[Batch, Callable[[], None]]:
         """The next batch and the function to call once done with its bytes: a GPU

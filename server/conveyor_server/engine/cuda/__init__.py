@@ -11,6 +11,8 @@ GPU operator is a per-batch operator (registered for ``device="gpu"``) that runs
   the CPU operators' own parameter code, packed into a plan (``plans.py``);
 - ``launch.py``: the plan's arrays to the device and the kernels launched (CuPy, imported
   only there, when a GPU operator runs);
+- ``streams.py``: the device's non-blocking compute stream all of it runs on, and what
+  orders the copies out of the GPU after it;
 - ``reference/``: numpy doing what each kernel does, from the same plan.
 
 Without a CUDA device (or without CuPy) a ``device="gpu"`` operator is refused when the

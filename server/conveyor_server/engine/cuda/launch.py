@@ -4,6 +4,10 @@ Every launch covers the whole batch: ``blockIdx.z`` (``blockIdx.y`` for cast) is
 sample, and the grid spans the largest sample; threads past a sample's extent return. The
 samples' device pointers and the plan's arrays are copied to the device once per launch;
 every output of a batch lives in one allocation, and the samples are views of it.
+
+Everything here runs on the device's compute stream (``streams.py``): the uploads, the
+allocations and the launches, so an operator's kernels follow the work that produced its
+inputs, and nothing waits on the host. Each kernel is looked up once per device and kept.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor_server.engine.cuda import plans, sources
+from conveyor_server.engine.cuda import plans, sources, streams
 
 _BLOCK_2D = (32, 8, 1)
 _BLOCK_1D = 256
@@ -39,14 +43,18 @@ def current_device() -> int:
     return int(_cupy().cuda.runtime.getDevice())
 
 
+@functools.cache
 def kernel(name: str, device_id: int) -> Any:
+    """Kernel ``name`` of its module on ``device_id``: compiled, loaded and looked up on
+    first use, the same object on every later launch."""
     return _module(sources.source_of(name), device_id).get_function(name)
 
 
 def to_device(batch: Sequence[Any], device_id: int) -> list[Any]:
-    """The samples as C-contiguous CuPy arrays on ``device_id`` (host samples copied)."""
+    """The samples as C-contiguous CuPy arrays on ``device_id`` (host samples copied), on
+    its compute stream."""
     cp = _cupy()
-    with cp.cuda.Device(device_id):
+    with streams.computing(device_id):
         return [cp.ascontiguousarray(cp.asarray(v)) for v in batch]
 
 
@@ -81,11 +89,12 @@ def _grid2(extents: Sequence[tuple[int, int]], samples: int) -> tuple[int, int, 
 
 
 def run(plan: plans.Plan, images: Sequence[Any], device_id: int) -> list[Any]:
-    """The plan's outputs for ``images`` (CuPy arrays on ``device_id``)."""
+    """The plan's outputs for ``images`` (CuPy arrays on ``device_id``), enqueued on its
+    compute stream."""
     cp = _cupy()
     if not images:
         return []
-    with cp.cuda.Device(device_id):
+    with streams.computing(device_id):
         ins = _pointers(images)
         n = len(images)
         if isinstance(plan, plans.ResizeBatchPlan):

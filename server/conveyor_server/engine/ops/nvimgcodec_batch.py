@@ -6,7 +6,11 @@ region of interest where the caller wants a window of a JPEG, and decodes them a
 one ``Decoder.decode(list)`` call. Where the images go is the target's:
 
 - on a GPU (``gpu_target``): into device memory on the pipeline's device, each image a
-  CuPy array, HWC uint8; no copy through the host. The backends, in order: the hardware
+  CuPy array, HWC uint8; no copy through the host. The decode is enqueued on the device's
+  compute stream (``engine/cuda/streams.py``), where the operators after it run, so nothing
+  waits on the host for it: each image is wrapped as a CuPy array from its pointer, not
+  through ``__cuda_array_interface__`` (through which CuPy would synchronise the image's
+  stream from the host once per image). The backends, in order: the hardware
   JPEG decoder (A100, H100) taking ``hw_decoder_load`` of the batch as DALI's does, the CUDA
   decoder, the hybrid CPU+GPU decoder, then the CPU decoder;
 - on the CPU (``CPU_TARGET``): into host memory, each image a numpy array, through
@@ -178,21 +182,23 @@ class BatchDecoder:
         return out
 
     def _on_device(self) -> contextlib.AbstractContextManager[Any]:
-        """The target's CUDA device as the current one (nothing on the CPU)."""
+        """The target's CUDA device as the current one and its compute stream as the
+        current stream (nothing on the CPU)."""
         if not self._target.on_gpu:
             return contextlib.nullcontext()
-        import cupy
+        from conveyor_server.engine.cuda import streams
 
-        device: contextlib.AbstractContextManager[Any] = cupy.cuda.Device(
-            max(self._target.device_id or 0, 0))
-        return device
+        return streams.computing(max(self._target.device_id or 0, 0))
 
     def _run(self, streams: list[Any]) -> list[Any]:
         if not self._target.on_gpu:
             return list(self._decoder.decode(streams, params=self._params))
-        # The legacy default stream: the operators after the decoder, and the copies out
-        # of the GPU (``gpu_staging.py``), are ordered after it.
-        return list(self._decoder.decode(streams, params=self._params, cuda_stream=0))
+        import cupy
+
+        # The compute stream (current here): the operators after the decoder run on it,
+        # and the copies out of the GPU (``gpu_staging.py``) wait for it.
+        return list(self._decoder.decode(streams, params=self._params,
+                                         cuda_stream=cupy.cuda.get_current_stream().ptr))
 
     def _array(self, image: Any) -> Any:
         """The decoded image as an HWC array where the target keeps images."""
@@ -204,7 +210,7 @@ class BatchDecoder:
             if image.buffer_kind == self._nv.ImageBufferKind.STRIDED_HOST:
                 array = cupy.asarray(np.asarray(image))  # a CPU backend's image, uploaded
             else:
-                array = cupy.asarray(image)  # zero copy: keeps the image alive
+                array = wrap_device_image(cupy, image)  # zero copy, no host wait
         if array.ndim == 2:
             array = array[:, :, None]
         if self._output_type == "BGR":
@@ -218,3 +224,35 @@ class BatchDecoder:
 
             return cupy.ascontiguousarray(array)
         return np.array(array, dtype=np.uint8, order="C", copy=True)
+
+
+def byte_extent(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> int:
+    """The bytes an array of ``shape`` and non-negative byte ``strides`` (None:
+    C-contiguous) spans from its first element to the end of its last."""
+    if any(n == 0 for n in shape):
+        return 0
+    if strides is None:
+        count = 1
+        for n in shape:
+            count *= n
+        return count * itemsize
+    return sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + itemsize
+
+
+def wrap_device_image(cupy: Any, image: Any) -> Any:
+    """A CuPy array over a decoded image's device memory (on the current device), which
+    keeps the image alive.
+
+    Built from the image's pointer, shape and strides rather than by ``cupy.asarray``: that
+    goes through ``__cuda_array_interface__``, whose ``stream`` entry makes CuPy call
+    ``cudaStreamSynchronize`` on it from the host, once per image. The decode was enqueued
+    on the stream the consumers run on, so their order needs no wait at all."""
+    desc = image.__cuda_array_interface__
+    shape = tuple(int(n) for n in desc["shape"])
+    dtype = np.dtype(desc["typestr"])
+    strides = desc.get("strides")
+    strides = None if strides is None else tuple(int(s) for s in strides)
+    pointer = int(desc["data"][0])
+    memory = cupy.cuda.UnownedMemory(pointer, byte_extent(shape, strides, dtype.itemsize),
+                                     image, cupy.cuda.Device().id)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
