@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conveyor.schema_args import SEED_ARGS, Arg, OpSchema
+from conveyor.schema_args import CPU_GPU, SEED_ARGS, Arg, OpSchema
 
 #: The output types of the colour operators ("": the input's type).
 COLOR_DTYPES = ("", "uint8", "int16", "float16", "float32")
@@ -25,9 +25,12 @@ COLOR_SCHEMAS = {
         {**_color("brightness", "brightness_shift", "contrast"),
          # Unset: half the input type's range (128 for uint8, 0.5 for floats), as DALI.
          "contrast_center": Arg("float", tensor=True)},
+        devices=CPU_GPU,
     ),
-    "hsv": OpSchema(1, ("images",), _color("hue", "saturation", "value", dtype="uint8")),
+    "hsv": OpSchema(1, ("images",), _color("hue", "saturation", "value", dtype="uint8"),
+                    devices=CPU_GPU),
     "color_twist": OpSchema(
-        1, ("images",), _color("hue", "saturation", "value", "brightness", "contrast")
+        1, ("images",), _color("hue", "saturation", "value", "brightness", "contrast"),
+        devices=CPU_GPU,
     ),
 }

@@ -1,7 +1,10 @@
 """Operators, spelled as DALI's ``fn`` module: ``fn.readers.file``, ``fn.rotate``, ...
 
 Each call records one operator in the pipeline being defined and returns its outputs as
-``DataNode``s. Constant arguments are validated against ``conveyor.schema`` at once.
+``DataNode``s. Constant arguments are validated against ``conveyor.schema`` at once. Every
+operator of ``conveyor.schema.SCHEMAS`` is here, made from its schema: ``rotate`` as
+``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix);
+``external_source`` is wrapped to take a callable.
 """
 
 from __future__ import annotations
@@ -59,27 +62,34 @@ def _make_op(op_type: str) -> Callable[..., Any]:
     return op
 
 
-def _namespace(prefix: str) -> SimpleNamespace:
-    ops = {t[len(prefix) + 1:]: _make_op(t) for t in SCHEMAS if t.startswith(prefix + ".")}
-    return SimpleNamespace(**ops)
+def _declared_ops() -> dict[str, Any]:
+    """The top-level operators by name, and a namespace per prefix (``readers``)."""
+    top: dict[str, Any] = {}
+    grouped: dict[str, dict[str, Callable[..., Any]]] = {}
+    for op_type in SCHEMAS:
+        prefix, dot, name = op_type.rpartition(".")
+        if dot:
+            grouped.setdefault(prefix, {})[name] = _make_op(op_type)
+        else:
+            top[op_type] = _make_op(op_type)
+    return {**top, **{prefix: SimpleNamespace(**ops) for prefix, ops in grouped.items()}}
 
 
-readers = _namespace("readers")
-decoders = _namespace("decoders")
-random = _namespace("random")
-rotate = _make_op("rotate")
-resize = _make_op("resize")
-crop = _make_op("crop")
-flip = _make_op("flip")
-crop_mirror_normalize = _make_op("crop_mirror_normalize")
-cast = _make_op("cast")
-random_resized_crop = _make_op("random_resized_crop")
-brightness_contrast = _make_op("brightness_contrast")
-hsv = _make_op("hsv")
-color_twist = _make_op("color_twist")
+_OPS = _declared_ops()
+_external_source = _OPS.pop("external_source")
 
 
-_external_source = _make_op("external_source")
+def __getattr__(name: str) -> Any:
+    """``fn.rotate``, ``fn.readers``: the operators the schemas declare."""
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise AttributeError(f"module 'conveyor.fn' has no operator {name!r} (known: "
+                             f"{', '.join(sorted([*_OPS, 'external_source']))})") from None
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_OPS])
 
 
 def external_source(source: Any = None, num_outputs: int | None = None, **kwargs: Any) -> Any:

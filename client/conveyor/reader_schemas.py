@@ -79,10 +79,10 @@ READER_SCHEMAS = {
         0,
         ("data",),
         {
-            "file_root": Arg("str", default=""),
+            "file_root": Arg("str", default="", path=True),
             "file_filter": Arg("str", default="*.npy"),
-            "file_list": Arg("str", default=""),
-            "files": Arg("strings"),
+            "file_list": Arg("str", default="", path=True),
+            "files": Arg("strings", path=True, unbounded=True),
             **READER_ORDER,
             "cache_header_information": Arg("bool", default=False),
             "use_o_direct": Arg("bool", default=False),
@@ -94,8 +94,8 @@ READER_SCHEMAS = {
         0,
         ("data",),
         {
-            "paths": Arg("strings", required=True),
-            "index_paths": Arg("strings"),
+            "paths": Arg("strings", required=True, path=True, unbounded=True),
+            "index_paths": Arg("strings", path=True, unbounded=True),
             # One entry per output: that output's extensions, ';'-separated alternatives.
             "ext": Arg("strings", required=True),
             "missing_component_behavior": Arg("enum", default="",
@@ -112,7 +112,7 @@ READER_SCHEMAS = {
         0,
         ("images", "labels"),
         {
-            "path": Arg("strings", required=True),
+            "path": Arg("strings", required=True, path=True, unbounded=True),
             "image_available": Arg("bool", default=True),
             "label_available": Arg("bool", default=True),
             **LMDB_ORDER,
@@ -125,7 +125,7 @@ READER_SCHEMAS = {
         0,
         ("images", "labels"),
         {
-            "path": Arg("strings", required=True),
+            "path": Arg("strings", required=True, path=True, unbounded=True),
             "image_available": Arg("bool", default=True),
             "label_type": Arg("int", default=SINGLE_LABEL, minimum=SINGLE_LABEL,
                               maximum=NO_LABEL),

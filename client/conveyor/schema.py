@@ -10,12 +10,11 @@ are in ``reader_schemas``, the colour operators' in ``color_schemas``, and
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from enum import Enum
 from typing import Any
 
-from conveyor import schema_args
+from conveyor import output_sizes, schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
@@ -32,13 +31,14 @@ DECODER_DEVICES = ("cpu", "mixed")
 # Defined in schema_args; named here too, where they have always been.
 Arg = schema_args.Arg
 OpSchema = schema_args.OpSchema
+CPU_GPU = schema_args.CPU_GPU
 ON_ERROR = schema_args.ON_ERROR
 _SEED = schema_args.SEED_ARGS
 _ON_ERROR = schema_args.ON_ERROR_ARGS
 _CROP = {
-    "crop": Arg("floats", lengths=(2,), minimum=1),
-    "crop_h": Arg("float", default=0.0, minimum=0),
-    "crop_w": Arg("float", default=0.0, minimum=0),
+    "crop": Arg("floats", lengths=(2,), minimum=1, extent=True),
+    "crop_h": Arg("float", default=0.0, minimum=0, extent=True),
+    "crop_w": Arg("float", default=0.0, minimum=0, extent=True),
     "crop_pos_x": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
     "crop_pos_y": Arg("float", default=0.5, tensor=True, minimum=0, maximum=1),
 }
@@ -56,10 +56,10 @@ SCHEMAS: dict[str, OpSchema] = {
         0,
         ("data", "label"),
         {
-            "file_root": Arg("str", default=""),
-            "file_list": Arg("str", default=""),
-            "files": Arg("strings"),
-            "labels": Arg("ints"),
+            "file_root": Arg("str", default="", path=True),
+            "file_list": Arg("str", default="", path=True),
+            "files": Arg("strings", path=True, unbounded=True),
+            "labels": Arg("ints", unbounded=True),
             "file_filters": Arg("strings"),
             "case_sensitive_filter": Arg("bool", default=False),
             **READER_ORDER,
@@ -88,6 +88,7 @@ SCHEMAS: dict[str, OpSchema] = {
         {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_HW_LOAD,
          **_ON_ERROR, **_SEED},
         devices=DECODER_DEVICES,
+        fixed_output=output_sizes.crop_window,
     ),
     "random.uniform": OpSchema(
         0,
@@ -99,6 +100,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "dtype": Arg("enum", default="float32", choices=("float32", "float64")),
             **_SEED,
         },
+        fixed_output=output_sizes.random_draw,
     ),
     "random.normal": OpSchema(
         0,
@@ -110,6 +112,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "dtype": Arg("enum", default="float32", choices=("float32", "float64")),
             **_SEED,
         },
+        fixed_output=output_sizes.random_draw,
     ),
     "random.coin_flip": OpSchema(
         0,
@@ -120,6 +123,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "dtype": Arg("enum", default="int32", choices=("int32", "uint8", "bool")),
             **_SEED,
         },
+        fixed_output=output_sizes.random_draw,
     ),
     "rotate": OpSchema(
         1,
@@ -128,42 +132,48 @@ SCHEMAS: dict[str, OpSchema] = {
             "angle": Arg("float", tensor=True, required=True),
             "fill_value": Arg("floats"),
             "keep_size": Arg("bool", default=False),
-            "size": Arg("floats", lengths=(2,), minimum=1),
+            "size": Arg("floats", lengths=(2,), minimum=1, extent=True),
             "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
             **_SEED,
         },
+        devices=CPU_GPU,
+        fixed_output=output_sizes.sized,
     ),
     "resize": OpSchema(
         1,
         ("images",),
         {
-            "resize_x": Arg("float", default=0.0, tensor=True, minimum=0),
-            "resize_y": Arg("float", default=0.0, tensor=True, minimum=0),
-            "resize_shorter": Arg("float", default=0.0, minimum=0),
-            "resize_longer": Arg("float", default=0.0, minimum=0),
-            "size": Arg("floats", lengths=(2,), minimum=0),
+            "resize_x": Arg("float", default=0.0, tensor=True, minimum=0, extent=True),
+            "resize_y": Arg("float", default=0.0, tensor=True, minimum=0, extent=True),
+            "resize_shorter": Arg("float", default=0.0, minimum=0, extent=True),
+            "resize_longer": Arg("float", default=0.0, minimum=0, extent=True),
+            "size": Arg("floats", lengths=(2,), minimum=0, extent=True),
             "mode": Arg(
                 "enum",
                 default="default",
                 choices=("default", "stretch", "not_smaller", "not_larger"),
             ),
-            "max_size": Arg("floats", lengths=(1, 2), minimum=0),
+            "max_size": Arg("floats", lengths=(1, 2), minimum=0, extent=True),
             "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
             "antialias": Arg("bool", default=True),
             "dtype": Arg("enum", default="", choices=("", "uint8", "float32")),
             **_SEED,
         },
+        devices=CPU_GPU,
+        fixed_output=output_sizes.resize,
     ),
     "random_resized_crop": OpSchema(
         1,
         ("images",),
         {
-            "size": Arg("floats", required=True, lengths=(1, 2), minimum=1),
+            "size": Arg("floats", required=True, lengths=(1, 2), minimum=1, extent=True),
             **_WINDOW,
             "interp_type": Arg("enum", default="linear", choices=INTERP_TYPES),
             "antialias": Arg("bool", default=True),
             **_SEED,
         },
+        devices=CPU_GPU,
+        fixed_output=output_sizes.sized,
     ),
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
@@ -173,6 +183,8 @@ SCHEMAS: dict[str, OpSchema] = {
         {**_CROP, "fill_values": Arg("floats"), "out_of_bounds_policy": Arg(
             "enum", default="error", choices=("error", "pad", "trim_to_shape")
         ), **_SEED},
+        devices=CPU_GPU,
+        fixed_output=output_sizes.crop_window,
     ),
     "flip": OpSchema(
         1,
@@ -182,6 +194,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "vertical": Arg("int", default=0, tensor=True, minimum=0, maximum=1),
             **_SEED,
         },
+        devices=CPU_GPU,
     ),
     "crop_mirror_normalize": OpSchema(
         1,
@@ -199,17 +212,14 @@ SCHEMAS: dict[str, OpSchema] = {
             "pad_output": Arg("bool", default=False),
             **_SEED,
         },
+        devices=CPU_GPU,
+        fixed_output=output_sizes.crop_window,
     ),
     "cast": OpSchema(
-        1, ("output",), {"dtype": Arg("enum", required=True, choices=DTYPES), **_SEED}
+        1, ("output",), {"dtype": Arg("enum", required=True, choices=DTYPES), **_SEED},
+        devices=CPU_GPU,
     ),
 }
-
-#: Operators with a GPU form (``device="gpu"``: batched CUDA kernels on the server's GPU).
-GPU_OPS = ("rotate", "resize", "random_resized_crop", "crop", "flip", "crop_mirror_normalize",
-           "cast", "brightness_contrast", "hsv", "color_twist")
-for _name in GPU_OPS:
-    SCHEMAS[_name] = dataclasses.replace(SCHEMAS[_name], devices=("cpu", "gpu"))
 
 
 def schema_of(op_type: str) -> OpSchema:

@@ -1,13 +1,21 @@
 """What an operator schema is made of: ``Arg`` (one argument), ``OpSchema`` (an
 operator), and the arguments many operators share. ``schema.py`` assembles the schemas
 from these (``reader_schemas.py`` holds some of them) and validates arguments against them.
+
+A schema is an operator's one declaration: its arguments and their flags (``path``,
+``extent``, ``unbounded``, ``tensor``), the devices it runs on and the rule fixing its
+output's size (``output_sizes.py``). ``fn`` makes its call from it, a server bounds specs
+by it (``engine/spec_bounds.py``), registers its builders, GPU planners and behaviour
+probes under its name, and the operator reference is generated from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from conveyor.output_sizes import FixedOutput
 
 #: What happens to a sample whose file cannot be read or decoded: the pipeline stops
 #: ("fail"), the sample is left out of its batch ("skip"), or the batch's next good sample
@@ -29,6 +37,23 @@ class Arg:
     lengths: tuple[int, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    #: A file path (or, for a list, each entry): every component is at most ``NAME_MAX``
+    #: bytes long, checked as a spec arrives.
+    path: bool = False
+    #: A height or a width in pixels (one number, or each of a list): at most the server's
+    #: ``limits.max_extent``.
+    extent: bool = False
+    #: A list whose length follows the data set (file lists, labels): bounded by the
+    #: spec's encoded size alone, not by ``max_list_items``.
+    unbounded: bool = False
+
+
+#: An operator's output-size rule (``output_sizes.py`` has them).
+OutputRule = Callable[[Mapping[str, Any], Collection[str]], FixedOutput | None]
+#: The devices of an operator with only a CPU form, and of one with a GPU form too
+#: (``device="gpu"``: batched CUDA kernels on the server's GPU).
+CPU: tuple[str, ...] = ("cpu",)
+CPU_GPU: tuple[str, ...] = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -36,7 +61,8 @@ class OpSchema:
     num_inputs: int
     outputs: tuple[str, ...]
     args: Mapping[str, Arg] = field(default_factory=dict)
-    devices: tuple[str, ...] = ("cpu",)
+    #: The spec devices it runs on: "cpu", "mixed" (a decoder with GPU output), "gpu".
+    devices: tuple[str, ...] = CPU
     #: The list argument with one entry per output, for operators whose outputs the user
     #: chooses (``readers.webdataset``'s ``ext``); empty: ``outputs`` is fixed.
     outputs_from: str = ""
@@ -44,6 +70,10 @@ class OpSchema:
     #: outputs follow flags and counts (``readers.caffe2``'s ``label_type``, ...); None:
     #: ``outputs`` (or ``outputs_from``) says.
     outputs_by: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
+    #: The output's size where the constant arguments fix it: called with the arguments
+    #: (defaults filled in) and the names of those fed per sample; None from it, or no
+    #: rule: the size follows the data (checked as each sample is made).
+    fixed_output: OutputRule | None = None
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

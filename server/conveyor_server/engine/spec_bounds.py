@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from conveyor import schema
 from conveyor.errors import InvalidArgument, ResourceExhausted
@@ -37,30 +34,14 @@ from conveyor.spec import validate_spec
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine.limits import EngineLimits, SpecBounds
 
-#: List arguments whose length follows the data set, bounded by the spec's size alone.
-LONG_LISTS = frozenset({("readers.file", "files"), ("readers.file", "labels"),
-                        ("readers.numpy", "files"), ("readers.webdataset", "paths"),
-                        ("readers.webdataset", "index_paths"), ("readers.caffe", "path"),
-                        ("readers.caffe2", "path")})
-#: Arguments that are file paths, and the longest name a path component may have (Linux's
-#: NAME_MAX, in bytes): no file system holds a longer one, and the kernel refuses it with an
-#: error of its own.
-PATH_ARGS = frozenset({("readers.file", "file_root"), ("readers.file", "file_list"),
-                       ("readers.file", "files"), ("readers.numpy", "file_root"),
-                       ("readers.numpy", "file_list"), ("readers.numpy", "files"),
-                       ("readers.webdataset", "paths"),
-                       ("readers.webdataset", "index_paths"), ("readers.caffe", "path"),
-                       ("readers.caffe2", "path")})
+#: The longest name a path component may have (Linux's NAME_MAX, in bytes): no file system
+#: holds a longer one, and the kernel refuses it with an error of its own. Which arguments
+#: are paths, extents or lists as long as the data set, and which outputs the arguments
+#: size, each operator's schema declares (``Arg.path``, ``Arg.extent``, ``Arg.unbounded``,
+#: ``OpSchema.fixed_output``).
 NAME_MAX = 255
-#: Arguments that are a height or a width in pixels (one number, or each of a list).
-EXTENT_ARGS: Mapping[str, tuple[str, ...]] = {
-    "resize": ("resize_x", "resize_y", "resize_shorter", "resize_longer", "size", "max_size"),
-    "rotate": ("size",),
-    "crop": ("crop", "crop_h", "crop_w"),
-    "crop_mirror_normalize": ("crop", "crop_h", "crop_w"),
-    "random_resized_crop": ("size",),
-    "decoders.image_crop": ("crop", "crop_h", "crop_w"),
-}
+
+
 def check_spec(spec: pipeline_pb2.PipelineSpec, limits: EngineLimits) -> None:
     """Validate ``spec`` and, where ``limits.spec`` is set, refuse one over its bounds or
     whose fixed sizes are over ``limits``' (see the module's docstring)."""
@@ -97,11 +78,13 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
             _check_name(f"{where}.{field}", getattr(op, field), bounds)
         for name in op.arg_inputs:
             _check_name(f"{where}.arg_inputs", name, bounds)
+        declared = schema.SCHEMAS.get(op.type)  # an unknown one is refused by pass 2
         for name, argument in op.args.items():
             _check_name(f"{where}.args", name, bounds)
-            _check_argument(f"{where}.args.{name}", argument, (op.type, name) in LONG_LISTS,
-                            bounds)
-            if (op.type, name) in PATH_ARGS:
+            arg = declared.args.get(name) if declared is not None else None
+            _check_argument(f"{where}.args.{name}", argument,
+                            arg is not None and arg.unbounded, bounds)
+            if arg is not None and arg.path:
                 _check_paths(f"{where}.args.{name}", argument)
 
 
@@ -142,30 +125,19 @@ def _check_paths(field: str, argument: pipeline_pb2.Argument) -> None:
 # -- pass 3: each operator's fixed sizes ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Fixed:
-    """An output shape that an operator's constant arguments fix."""
-
-    #: The argument that fixes it, for the field path.
-    arg: str
-    #: (height, width) of an image, or a random draw's shape.
-    shape: tuple[int, ...]
-    #: The fewest bytes one of its values takes (an image's channels are not known yet).
-    itemsize: int
-    image: bool
-
-
 def _check_op_sizes(index: int, op: pipeline_pb2.OpSpec, batch_size: int, is_output: bool,
                     bounds: SpecBounds, limits: EngineLimits) -> None:
     args = schema.decode_args(op)
+    declared = schema.schema_of(op.type)
     where = f"ops[{index}].args"
-    for name, value in _extents(op.type, args):
+    for name, value in _extents(declared, args):
         if limits.max_extent is not None and value > limits.max_extent:
             raise ResourceExhausted(
                 f"{where}.{name} ({op.type}): {value:,.0f} pixels, above the server's limit "
                 f"limits.max_extent = {limits.max_extent:,}",
                 field=f"{where}.{name}", limit="limits.max_extent")
-    fixed = _fixed_output(op.type, args, op.arg_inputs)
+    rule = declared.fixed_output
+    fixed = rule(args, frozenset(op.arg_inputs)) if rule is not None else None
     if fixed is None:
         return
     field = f"{where}.{fixed.arg}"
@@ -200,56 +172,11 @@ def _check_bytes(field: str, op_type: str, sample_bytes: int, batch_size: int,
                             field=field, limit="limits.max_batch_bytes")
 
 
-def _extents(op_type: str, args: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
-    for name in EXTENT_ARGS.get(op_type, ()):
+def _extents(declared: schema.OpSchema, args: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
+    for name, arg in declared.args.items():
+        if not arg.extent:
+            continue
         value = args.get(name)
         for v in value if isinstance(value, tuple) else (value,):
             if isinstance(v, int | float):
                 yield name, v
-
-
-def _pixels(x: float) -> int:
-    """An extent argument as whole pixels, as the operators round it (at least 1)."""
-    return max(1, math.floor(x + 0.5))
-
-
-def _fixed_output(op_type: str, args: Mapping[str, Any],
-                  fed: Mapping[str, Any]) -> _Fixed | None:
-    """The output shape that ``op_type``'s constant arguments fix, if they do."""
-    if op_type in ("random.uniform", "random.normal", "random.coin_flip"):
-        return _Fixed("shape", tuple(int(d) for d in args["shape"]),
-                      np.dtype(args["dtype"]).itemsize, image=False)
-    if op_type in ("crop", "crop_mirror_normalize", "decoders.image_crop"):
-        hw = args["crop"] or ((args["crop_h"], args["crop_w"]) if args["crop_h"] else None)
-        if hw is None or (op_type == "crop" and args["out_of_bounds_policy"] == "trim_to_shape"):
-            return None
-        arg = "crop" if args["crop"] else "crop_h"
-        itemsize = np.dtype(args["dtype"]).itemsize if "dtype" in args else 1
-        return _Fixed(arg, (max(1, int(hw[0])), max(1, int(hw[1]))), itemsize, image=True)
-    if op_type == "random_resized_crop":
-        size = args["size"]
-        return _Fixed("size", (_pixels(size[0]), _pixels(size[-1])), 1, image=True)
-    if op_type == "rotate" and args["size"] is not None:
-        return _Fixed("size", (_pixels(args["size"][0]), _pixels(args["size"][1])), 1,
-                      image=True)
-    if op_type == "resize" and args["mode"] in ("default", "stretch"):
-        return _fixed_resize(args, fed)
-    return None
-
-
-def _fixed_resize(args: Mapping[str, Any], fed: Mapping[str, Any]) -> _Fixed | None:
-    """Both extents given as constants: the output is that size, each clamped to
-    ``max_size``."""
-    if args["size"] is not None:
-        arg, (h, w) = "size", args["size"]
-    elif "resize_x" not in fed and "resize_y" not in fed:
-        arg, h, w = "resize_x", args["resize_y"], args["resize_x"]
-    else:
-        return None
-    if not (h > 0 and w > 0):
-        return None
-    max_size = args["max_size"] or (0.0,)
-    max_h, max_w = max_size[0], max_size[-1]
-    h, w = min(h, max_h) if max_h > 0 else h, min(w, max_w) if max_w > 0 else w
-    itemsize = 4 if args["dtype"] == "float32" else 1
-    return _Fixed(arg, (_pixels(h), _pixels(w)), itemsize, image=True)
