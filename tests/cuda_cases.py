@@ -11,7 +11,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from conveyor_server.engine.cuda import planners, plans
+from conveyor_server.engine import catalog
+from conveyor_server.engine.cuda import plans
+from conveyor_server.engine.cuda.ops import PLANNERS
 from conveyor_server.engine.ops.args import Targs
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from tests.images import make_image
@@ -67,7 +69,8 @@ class Case:
         return out
 
     def plan(self, images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        return planners.PLANNERS[self.op_type](self.context())(images, targs)
+        catalog.load()
+        return PLANNERS[self.op_type].make(self.context())(images, targs)
 
 
 ANGLES = (17.5, -33.0, 90.0, 181.25, 4.0)

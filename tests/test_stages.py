@@ -12,9 +12,11 @@ import pytest
 from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
+from conveyor_server.engine import catalog
+from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_roots import DataRoots
 from conveyor_server.engine.limits import NO_LIMITS
-from conveyor_server.engine.readers.build import build_reader
+from conveyor_server.engine.readers.build import ReaderRequest, build_reader
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.external_source import ExternalSourceStage, SourceSample
 from conveyor_server.engine.stages.file_reader import FileReaderStage
@@ -62,8 +64,10 @@ def built(op_type: str, **kw: object) -> Callable[[], SourceStage]:
         op = pipeline_pb2.OpSpec(type=op_type)
         for name, value in {**data, **kw}.items():
             op.args[name].CopyFrom(encode_arg(op_type, name, value))
-        return build_reader(op_type, 0, decode_args(op), batch_size=B, seed=7,
-                            roots=DataRoots([root]), limits=NO_LIMITS).stage
+        catalog.load()
+        roots = DataRoots([root])
+        return build_reader(ReaderRequest(op_type, 0, decode_args(op), B, 7, roots, NO_LIMITS,
+                                          DataFiles(roots, NO_LIMITS))).stage
     return make
 
 

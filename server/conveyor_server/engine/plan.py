@@ -18,7 +18,7 @@ from pathlib import Path
 from conveyor import schema
 from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
-from conveyor_server.engine import file_list
+from conveyor_server.engine import catalog, file_list
 from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.data_roots import DataRoots
@@ -26,7 +26,12 @@ from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
-from conveyor_server.engine.readers.build import READERS, SampleSource, build_reader
+from conveyor_server.engine.readers.build import (
+    READERS,
+    ReaderRequest,
+    SampleSource,
+    build_reader,
+)
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
@@ -34,6 +39,9 @@ from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
 from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
+
+# Every operator, reader and GPU planner registers itself as its module is imported.
+catalog.load()
 
 Ref = tuple[int, int]
 #: Where a sample holds its global index, for operators whose draws are keyed by it.
@@ -194,33 +202,15 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
     files = DataFiles(roots, limits)
     for index, op in enumerate(spec.ops):
         args = schema.decode_args(op)
-        if op.type == "readers.file":
-            entries = file_list.resolve(args, roots)
-            reader = FileReaderStage(
-                index, len(entries), batch_size=batch, seed=_seed(args, spec.seed),
-                num_shards=args["num_shards"], shard_id=args["shard_id"],
-                stick_to_shard=args["stick_to_shard"], pad_last_batch=args["pad_last_batch"],
-                random_shuffle=args["random_shuffle"],
-                shuffle_after_epoch=args["shuffle_after_epoch"],
-                shuffle_after_epoch_seed=args["shuffle_after_epoch_seed"],
-            )
-            identity = DataIdentity(entries, args["verify"], files)
+        if op.type in READERS:
+            parts = build_reader(ReaderRequest(op.type, index, args, batch,
+                                               _seed(args, spec.seed), roots, limits, files))
             digest = checkpoint_pb2.FileListDigest(
-                op=index, reader_name=op.name, num_files=len(entries),
-                sha256=identity.digest)
-            plan.readers[index] = ReaderBinding(reader, entries, op.name, digest, identity,
-                                                files, args["on_error"])
-            plan.stages.append(reader)
-            plan.layouts[(index, 0)] = plan.layouts[(index, 1)] = ""
-        elif op.type in READERS:
-            parts = build_reader(op.type, index, args, batch_size=batch,
-                                 seed=_seed(args, spec.seed), roots=roots, limits=limits)
-            digest = checkpoint_pb2.FileListDigest(
-                op=index, reader_name=op.name, num_files=parts.identity.count,
+                op=index, reader_name=op.name, num_files=parts.count,
                 sha256=parts.identity.digest)
-            plan.readers[index] = ReaderBinding(parts.stage, [], op.name, digest,
-                                                parts.identity, files, args["on_error"],
-                                                parts.source)
+            plan.readers[index] = ReaderBinding(parts.stage, list(parts.entries), op.name,
+                                                digest, parts.identity, files,
+                                                args["on_error"], parts.source)
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""

@@ -9,6 +9,7 @@ from importlib import resources
 import numpy as np
 
 from conveyor_server.engine import keyed_random
+from conveyor_server.engine.stages.file_reader import FileReaderStage
 
 #: Odd extents: partial SIMD vectors, partial JPEG blocks, a centre between pixels.
 SHAPES = ((29, 37), (16, 21), (7, 5))
@@ -43,3 +44,14 @@ def probe_files() -> tuple[tuple[str, bytes], ...]:
     folder = resources.files(__package__) / "probe_images"
     return tuple(sorted((f.name, f.read_bytes()) for f in folder.iterdir()
                         if not f.name.startswith(".")))
+
+
+def reader_orders(op_type: str) -> list[np.ndarray]:
+    """A reader's sample orders under shuffling, sharding and padding (every reader orders
+    its samples with the file reader's stage)."""
+    out: list[np.ndarray] = []
+    for n, options in ((9, {"random_shuffle": True}),
+                       (100, {"num_shards": 3, "shard_id": 2, "pad_last_batch": True})):
+        stage = FileReaderStage(5, n, batch_size=4, seed=0x5EED, op_type=op_type, **options)
+        out += [stage.order(epoch) for epoch in range(2)]
+    return out

@@ -24,15 +24,15 @@ import numpy as np
 from conveyor.errors import ConveyorError, DeviceUnavailable
 from conveyor.schema import decode_args, encode_arg, schema_of
 from conveyor.v1 import pipeline_pb2
-
-# Importing the probe modules registers their probes (probe_set.OP_PROBES, SOURCE_PROBES).
-from conveyor_server.engine.behaviour import probes, reader_probes, source_probes  # noqa: F401
+from conveyor_server.engine import catalog
 from conveyor_server.engine.behaviour.probe_set import OP_PROBES, SOURCE_PROBES, Case, variant_of
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 
 DIGEST_BYTES = 12
+# Every operator registers its builders and its probe as its module is imported.
+catalog.load()
 
 
 @dataclass(frozen=True)

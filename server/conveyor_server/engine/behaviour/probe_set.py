@@ -1,9 +1,11 @@
-"""The probe set: what a probe is, and the registry every probe module adds itself to.
+"""The probe set: what a probe is, and the registry every probe adds itself to.
 
-``op_probe`` registers an operator's cases, ``source_probe`` a random source's or a reader
-order's outputs. The probes themselves are in ``probes.py`` (operators and random sources),
-``reader_probes.py`` and ``source_probes.py``; ``measure.py`` imports all three, which fills
-``OP_PROBES`` and ``SOURCE_PROBES``.
+``op_probe`` registers an operator's cases, ``source_probe`` a random source's, a reader's
+or the external source's outputs. Each probe is in its operator's module, beside its
+builders (``engine/ops/rotate.py``, ``engine/readers/numpy_reader.py``,
+``engine/stages/random_ops.py``, ...); ``engine/catalog.py`` imports them all, which fills
+``OP_PROBES`` and ``SOURCE_PROBES``. Every operator the schemas declare has a probe (a test
+checks it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from conveyor.schema import schema_of
+from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 
 Targs = dict[str, np.ndarray]
 
@@ -63,3 +66,18 @@ def variant_of(op_type: str, args: Mapping[str, Any]) -> str:
     """The variant a configured operator uses ("" for operators without variants)."""
     probe = OP_PROBES.get(op_type)
     return str(args[probe.variant_arg]) if probe is not None and probe.variant_arg else ""
+
+
+def f32(value: float) -> np.ndarray:
+    return np.asarray(value, dtype=np.float32)
+
+
+def i32(value: int) -> np.ndarray:
+    return np.asarray(value, dtype=np.int32)
+
+
+def indexed(samples: Sequence[tuple[Sequence[np.ndarray], Targs]],
+            first: int = 0) -> list[tuple[Sequence[np.ndarray], Targs]]:
+    """Samples with their global index, for operators whose draws are keyed by it."""
+    return [(inputs, {**targs, SAMPLE_INDEX: np.array(first + i, dtype=np.uint64)})
+            for i, (inputs, targs) in enumerate(samples)]

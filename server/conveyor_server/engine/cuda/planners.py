@@ -6,6 +6,8 @@ windows (``sample_window``). Nothing here computes a parameter of its own.
 
 A planner maps a batch (arrays of any device: only shapes and types are read) and each
 sample's ``targs`` to a plan (``plans.py``); an error about one sample is ``SampleFailed``.
+Each registers itself for its operator (``ops.gpu_planner``), which gives the operator its
+GPU form.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from conveyor.errors import ConveyorError, InvalidArgument, SpecError
 from conveyor_server.engine.cuda import plans, sources
+from conveyor_server.engine.cuda.ops import Planner, gpu_planner
 from conveyor_server.engine.ops import color, normalize, random_resized_crop, resize, rotate
 from conveyor_server.engine.ops.args import (
     Targs,
@@ -29,7 +32,6 @@ from conveyor_server.engine.ops.args import (
 from conveyor_server.engine.ops.registry import OpContext, SampleFailed
 from conveyor_server.engine.ops.resize_filters import FILTERED_INTERP, resize_plan
 
-Planner = Callable[[Sequence[Any], Sequence[Targs]], plans.Plan]
 _FLOAT = np.dtype(np.float32)
 
 
@@ -58,6 +60,7 @@ def _one_dtype(op: str, images: Sequence[Any]) -> np.dtype:
 # -- crop, flip ---------------------------------------------------------------------------
 
 
+@gpu_planner("crop")
 def crop_planner(ctx: OpContext) -> Planner:
     op, args = ctx.op_type, ctx.args
     window = crop_window(ctx, required=True)
@@ -84,6 +87,7 @@ def crop_planner(ctx: OpContext) -> Planner:
     return plan
 
 
+@gpu_planner("flip")
 def flip_planner(ctx: OpContext) -> Planner:
     op = ctx.op_type
     horizontal = scalar_arg(ctx, "horizontal", 0, 1)
@@ -115,6 +119,7 @@ def _slice_plan(geom: list[list[int]], fills: list[np.ndarray], dtype: np.dtype)
 # -- rotate -------------------------------------------------------------------------------
 
 
+@gpu_planner("rotate")
 def rotate_planner(ctx: OpContext) -> Planner:
     params = rotate.rotate_args(ctx)
     op = ctx.op_type
@@ -157,6 +162,7 @@ def _check_interp(op: str, interp_type: str) -> None:
                                            f"{op} interpolates with 'nn' or 'linear'")
 
 
+@gpu_planner("resize")
 def resize_planner(ctx: OpContext) -> Planner:
     params = resize.resize_args(ctx)
     op = ctx.op_type
@@ -181,6 +187,7 @@ def resize_planner(ctx: OpContext) -> Planner:
     return plan
 
 
+@gpu_planner("random_resized_crop", keyed=True)
 def random_resized_crop_planner(ctx: OpContext) -> Planner:
     op, args = ctx.op_type, ctx.args
     window_params = random_resized_crop.params_of(ctx)
@@ -252,6 +259,17 @@ def resize_batch(jobs: Sequence[tuple[tuple[int, ...], tuple[int, int, int, int]
 # -- crop_mirror_normalize, cast, colour --------------------------------------------------
 
 
+def _cmn_layout(ctx: OpContext) -> str:
+    return "CHW" if ctx.args["output_layout"] == "CHW" else "HWC"
+
+
+def _input_layout(ctx: OpContext) -> str:
+    """``cast`` keeps its input's layout."""
+    return ctx.input_layouts[0] if ctx.input_layouts else ""
+
+
+
+@gpu_planner("crop_mirror_normalize", layout=_cmn_layout)
 def crop_mirror_normalize_planner(ctx: OpContext) -> Planner:
     p = normalize.cmn_params(ctx)
     _types(p.op, p.dtype, sources.CMN_OUTPUTS, "outputs")
@@ -284,6 +302,7 @@ def crop_mirror_normalize_planner(ctx: OpContext) -> Planner:
     return plan
 
 
+@gpu_planner("cast", layout=_input_layout)
 def cast_planner(ctx: OpContext) -> Planner:
     op, dtype = ctx.op_type, np.dtype(ctx.args["dtype"])
     _types(op, dtype, sources.CAST_TYPES, "outputs")
@@ -301,6 +320,9 @@ def cast_planner(ctx: OpContext) -> Planner:
     return plan
 
 
+@gpu_planner("brightness_contrast")
+@gpu_planner("hsv")
+@gpu_planner("color_twist")
 def color_planner(ctx: OpContext) -> Planner:
     op = ctx.op_type
     params = {"brightness_contrast": color.brightness_contrast_params,
@@ -329,17 +351,3 @@ def color_planner(ctx: OpContext) -> Planner:
 
     return plan
 
-
-#: The planner of each operator with a GPU form.
-PLANNERS: dict[str, Callable[[OpContext], Planner]] = {
-    "crop": crop_planner,
-    "flip": flip_planner,
-    "rotate": rotate_planner,
-    "resize": resize_planner,
-    "random_resized_crop": random_resized_crop_planner,
-    "crop_mirror_normalize": crop_mirror_normalize_planner,
-    "cast": cast_planner,
-    "brightness_contrast": color_planner,
-    "hsv": color_planner,
-    "color_twist": color_planner,
-}

@@ -15,6 +15,9 @@ import cv2
 import numpy as np
 
 from conveyor.errors import InvalidArgument
+from conveyor_server.engine.behaviour.inputs import image, images
+from conveyor_server.engine.behaviour.probe_set import Case, f32, op_probe
+from conveyor_server.engine.behaviour.probe_set import Targs as ProbeTargs
 from conveyor_server.engine.ops import color_params
 from conveyor_server.engine.ops.args import ArgGetter, Targs, check_image, scalar_arg
 from conveyor_server.engine.ops.normalize import saturate_cast
@@ -121,3 +124,37 @@ def build_hsv(ctx: OpContext) -> SampleOp:
 @register("color_twist")
 def build_color_twist(ctx: OpContext) -> SampleOp:
     return _matrix_op(ctx, color_twist_params(ctx))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+def _color_samples(extra: ProbeTargs) -> list[tuple[Sequence[np.ndarray], ProbeTargs]]:
+    pictures = [p for p in images(("uint8", "float32")) if p.shape[2] == 3]
+    pictures.append(image(6, 7, 3, "int16"))
+    return [((p,), extra) for p in pictures]
+
+
+@op_probe("brightness_contrast")
+def _brightness_contrast(variant: str) -> list[Case]:
+    fed = {"brightness": f32(1.3), "contrast": f32(0.6)}
+    return [
+        Case({}, _color_samples(fed)),
+        Case({"brightness_shift": 0.1, "contrast_center": 100.0, "dtype": "float32"},
+             _color_samples(fed)),
+        Case({"brightness": 2.5, "contrast": 1.7, "dtype": "uint8"}, _color_samples({})),
+    ]
+
+
+@op_probe("hsv")
+def _hsv(variant: str) -> list[Case]:
+    fed = {"hue": f32(-47.5), "saturation": f32(1.4)}
+    return [Case({"value": 0.9}, _color_samples(fed)),
+            Case({"hue": 200.0, "dtype": "float32"}, _color_samples({}))]
+
+
+@op_probe("color_twist")
+def _color_twist(variant: str) -> list[Case]:
+    fed = {"hue": f32(33.0), "contrast": f32(1.3)}
+    return [Case({"saturation": 0.5, "brightness": 1.1}, _color_samples(fed)),
+            Case({"value": 1.2, "dtype": "float16"}, _color_samples({}))]

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from conveyor_server.engine.behaviour.inputs import images
+from conveyor_server.engine.behaviour.probe_set import Case, f32, i32, op_probe
 from conveyor_server.engine.ops.args import (
     WARP_DTYPES,
     Targs,
@@ -77,3 +79,29 @@ def build_flip(ctx: OpContext) -> SampleOp:
         return (flip_image(image, bool(horizontal(targs)), bool(vertical(targs))),)
 
     return SampleOp(fn=flip, layouts=("HWC",))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("crop")
+def _crop(variant: str) -> list[Case]:
+    pictures = images(("uint8", "float32"))
+    pos = [{"crop_pos_x": f32(x), "crop_pos_y": f32(y)}
+           for x, y in ((0.0, 0.0), (0.5, 0.5), (1.0, 0.3), (0.77, 1.0))]
+    samples = [((p,), pos[i % len(pos)]) for i, p in enumerate(pictures)]
+    return [
+        Case({"crop": [5.0, 4.0]}, samples),
+        Case({"crop": [40.0, 9.0], "out_of_bounds_policy": "pad", "fill_values": [3.0]},
+             samples),
+        Case({"crop": [40.0, 50.0], "out_of_bounds_policy": "trim_to_shape"}, samples),
+    ]
+
+
+@op_probe("flip")
+def _flip(variant: str) -> list[Case]:
+    pictures = images(("uint8", "float32", "int16"))
+    flags = ((1, 0), (0, 1), (1, 1), (0, 0))
+    samples = [((p,), {"horizontal": i32(flags[i % 4][0]), "vertical": i32(flags[i % 4][1])})
+               for i, p in enumerate(pictures)]
+    return [Case({}, samples)]

@@ -22,6 +22,8 @@ import numpy as np
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted
 from conveyor_server.engine import image_header
+from conveyor_server.engine.behaviour.inputs import probe_files
+from conveyor_server.engine.behaviour.probe_set import Case, op_probe
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops import jpeg_fast, jpeg_markers
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
@@ -180,3 +182,13 @@ def build_decode(ctx: OpContext) -> SampleOp:
         return (decode_image(inputs[0], output_type, limits),)
 
     return SampleOp(fn=decode, layouts=("HWC",))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("decoders.image")
+def _decode(variant: str) -> list[Case]:
+    files = [(np.frombuffer(data, dtype=np.uint8).copy(),) for _, data in probe_files()]
+    return [Case({"output_type": kind}, [(f, {}) for f in files], input_layouts=("",))
+            for kind in ("RGB", "BGR", "GRAY")]

@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from conveyor.errors import InvalidArgument
+from conveyor_server.engine.behaviour.inputs import probe_files
+from conveyor_server.engine.behaviour.probe_set import Case, f32, indexed, op_probe
+from conveyor_server.engine.behaviour.probe_set import Targs as ProbeTargs
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.ops import jpeg_region
 from conveyor_server.engine.ops.args import (
@@ -182,3 +185,41 @@ def build_image_slice(ctx: OpContext) -> SampleOp:
         return (np.array(out, order="C", copy=True) if out.base is not None else out,)
 
     return SampleOp(fn=image_slice, layouts=("HWC",))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("decoders.image_random_crop")
+def _image_random_crop(variant: str) -> list[Case]:
+    files = indexed([((np.frombuffer(data, dtype=np.uint8).copy(),), {})
+                      for _, data in probe_files()], first=7)
+    return [Case({"output_type": kind, "random_area": [0.1, 0.6]}, files, input_layouts=("",))
+            for kind in ("RGB", "GRAY")]
+
+
+@op_probe("decoders.image_crop")
+def _image_crop(variant: str) -> list[Case]:
+    pos = {"crop_pos_x": f32(0.25), "crop_pos_y": f32(0.8)}
+    files = [((np.frombuffer(data, dtype=np.uint8).copy(),), pos) for _, data in probe_files()]
+    return [Case({"output_type": "BGR", "crop": [3.0, 4.0]}, files, input_layouts=("",))]
+
+
+@op_probe("decoders.image_slice")
+def _image_slice(variant: str) -> list[Case]:
+    files = [np.frombuffer(data, dtype=np.uint8).copy() for _, data in probe_files()]
+
+    def fed(anchor: list[float],
+            shape: list[float]) -> list[tuple[Sequence[np.ndarray], ProbeTargs]]:
+        return [((f, np.array(anchor, dtype=np.float32), np.array(shape, dtype=np.float32)), {})
+                for f in files]
+
+    layouts = ("", "", "")
+    return [
+        Case({"output_type": "RGB"}, fed([0.25, 0.1], [0.5, 0.6]), layouts),
+        Case({"output_type": "GRAY", "normalized_anchor": False, "normalized_shape": False,
+              "axis_names": "HW"}, fed([1.0, 2.5], [3.0, 2.0]), layouts),
+        Case({"output_type": "BGR", "out_of_bounds_policy": "pad", "fill_values": [7.0]},
+             fed([-0.25, 0.5], [1.0, 0.75]), layouts),
+        Case({"out_of_bounds_policy": "trim_to_shape", "axes": [0]}, fed([0.5], [0.9]), layouts),
+    ]

@@ -16,6 +16,9 @@ import numpy as np
 
 from conveyor.errors import SpecError
 from conveyor.normalization import folded_coefficients, next_pow2
+from conveyor.schema import DTYPES
+from conveyor_server.engine.behaviour.inputs import image
+from conveyor_server.engine.behaviour.probe_set import Case, i32, op_probe
 from conveyor_server.engine.ops import normalize_table
 from conveyor_server.engine.ops.args import (
     ArgGetter,
@@ -256,3 +259,35 @@ def build_cast(ctx: OpContext) -> SampleOp:
         return (saturate_cast(value, dtype),)
 
     return SampleOp(fn=cast, layouts=(layout,))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("crop_mirror_normalize")
+def _crop_mirror_normalize(variant: str) -> list[Case]:
+    same_size = [image(29, 37, 3, salt=s) for s in range(3)]
+    mixed = [image(h, w, 3, salt=s) for s, (h, w) in enumerate(((29, 37), (16, 21)))]
+    mirror = [{"mirror": i32(i % 2)} for i in range(3)]
+    norm = {"mean": [120.5, 115.25, 100.0], "std": [60.1, 58.7, 57.3]}
+    cases = []
+    for group in (same_size, mixed):
+        samples = [((p,), mirror[i]) for i, p in enumerate(group)]
+        cases += [
+            Case({**norm, "crop": [13.0, 11.0]}, samples),
+            Case({**norm, "dtype": "float16", "output_layout": "HWC", "pad_output": True},
+                 samples),
+            Case({"mean": [3.0], "std": [0.7], "dtype": "uint8", "scale": 0.5, "shift": 64.0},
+                 samples),
+            Case({"mean": [128.0], "std": [1.0], "dtype": "int8", "crop": [15.0, 20.0]},
+                 samples),
+        ]
+    return cases
+
+
+@op_probe("cast")
+def _cast(variant: str) -> list[Case]:
+    edge: np.ndarray = np.array([[[-1e9, -129.5, -128.5, -0.5, 0.5, 1.5, 2.5, 254.5, 255.5, 65535.5,
+                       3.4e38, np.nan, np.inf, -np.inf]]], dtype=np.float32).reshape(1, 14, 1)
+    sources = [edge, image(7, 5, 3, "float32"), image(7, 5, 3, "uint8"), image(7, 5, 1, "int16")]
+    return [Case({"dtype": dtype}, [((s,), {}) for s in sources]) for dtype in DTYPES]

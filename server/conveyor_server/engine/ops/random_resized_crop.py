@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from conveyor_server.engine.behaviour.inputs import images
+from conveyor_server.engine.behaviour.probe_set import Case, indexed, op_probe
 from conveyor_server.engine.ops.args import (
     CV_MAX_CHANNELS,
     WARP_DTYPES,
@@ -69,3 +71,19 @@ def build_random_resized_crop(ctx: OpContext) -> SampleOp:
         return (resize_image(view, out_hw, interp_type, antialias),)
 
     return SampleOp(fn=random_resized_crop, layouts=("HWC",), keyed=True)
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("random_resized_crop", variant_arg="interp_type")
+def _random_resized_crop(interp: str) -> list[Case]:
+    samples = indexed([((p,), {}) for p in images(("uint8", "float32"))], first=2**40)
+    return [
+        Case({"interp_type": interp, "size": [24.0, 20.0]}, samples),
+        Case({"interp_type": interp, "size": [9.0], "antialias": False,
+              "random_area": [0.5, 0.9], "random_aspect_ratio": [0.5, 2.0]}, samples),
+        # Windows that never fit: the centred fallback.
+        Case({"interp_type": interp, "size": [16.0, 16.0], "random_area": [1.0],
+              "random_aspect_ratio": [3.0, 4.0], "num_attempts": 2}, samples),
+    ]

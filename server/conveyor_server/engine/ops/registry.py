@@ -1,5 +1,12 @@
 """The registry of operators, and the contract every operator follows.
 
+This module holds the contract and the map of builders only: an operator's module
+registers its builders when it is imported, and ``engine/catalog.py`` imports every
+operator module (``catalog.load()``, which the plan and the behaviour measurement call
+first). What an operator takes (its arguments, devices, output sizes) is declared once, in
+its schema (``conveyor.schema``); the builders registered here must serve each declared
+device (a test checks it).
+
 An operator is registered by a builder, per sample (the default) or per batch::
 
     @register("rotate")
@@ -149,7 +156,6 @@ def _lookup(op_type: str, per: Per, device: str) -> Builder | None:
 
 
 def builder_for(op_type: str, per: Per = SAMPLE, device: str = "cpu") -> Builder:
-    _load_builtin_ops()
     builder = _lookup(op_type, per, device)
     if builder is None:
         on = "" if device in ("", "cpu") else f" on {device}"
@@ -160,7 +166,6 @@ def builder_for(op_type: str, per: Per = SAMPLE, device: str = "cpu") -> Builder
 def forms(op_type: str, device: str = "cpu") -> tuple[Per, ...]:
     """The forms ``op_type`` is registered in on ``device`` (per sample, per batch), in
     that order."""
-    _load_builtin_ops()
     return tuple(per for per in (SAMPLE, BATCH) if _lookup(op_type, per, device) is not None)
 
 
@@ -174,22 +179,11 @@ def build(ctx: OpContext, per: Per) -> BuiltOp:
 
 
 def registered() -> list[str]:
-    _load_builtin_ops()
+    """The operators with a CPU builder."""
     return sorted({op_type for op_type, _ in _BUILDERS})
 
 
-def _load_builtin_ops() -> None:
-    # Importing the modules registers their operators.
-    from conveyor_server.engine.cuda import ops  # noqa: F401  (the GPU forms)
-    from conveyor_server.engine.ops import (  # noqa: F401
-        color,
-        crop,
-        decode,
-        decode_mixed,
-        decode_window,
-        normalize,
-        normalize_batch,
-        random_resized_crop,
-        resize,
-        rotate,
-    )
+def registrations() -> list[tuple[str, Per, str]]:
+    """Every builder registered: (operator, form, spec device)."""
+    return sorted([(op_type, per, "cpu") for op_type, per in _BUILDERS]
+                  + list(_DEVICE_BUILDERS))

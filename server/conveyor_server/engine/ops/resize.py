@@ -15,6 +15,9 @@ import cv2
 import numpy as np
 
 from conveyor.errors import InvalidArgument, SpecError
+from conveyor_server.engine.behaviour.inputs import images
+from conveyor_server.engine.behaviour.probe_set import Case, op_probe
+from conveyor_server.engine.behaviour.probe_set import Targs as ProbeTargs
 from conveyor_server.engine.ops.args import (
     CV_MAX_CHANNELS,
     INTERP,
@@ -181,3 +184,20 @@ def build_resize(ctx: OpContext) -> SampleOp:
         return (resize_image(image, out_hw, params.interp_type, params.antialias),)
 
     return SampleOp(fn=resize, layouts=("HWC",))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("resize", variant_arg="interp_type")
+def _resize(interp: str) -> list[Case]:
+    pictures = images(("uint8", "float32"))
+    samples: list[tuple[Sequence[np.ndarray], ProbeTargs]] = [((p,), {}) for p in pictures]
+    return [
+        Case({"interp_type": interp, "size": [64.0, 80.0]}, samples),   # up
+        Case({"interp_type": interp, "size": [12.0, 15.0]}, samples),   # down, antialiased
+        Case({"interp_type": interp, "size": [12.0, 15.0], "antialias": False}, samples),
+        Case({"interp_type": interp, "size": [40.0, 9.0]}, samples),    # up and down
+        Case({"interp_type": interp, "resize_shorter": 11.0, "dtype": "float32"},
+             samples[:6]),
+    ]

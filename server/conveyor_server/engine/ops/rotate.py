@@ -21,6 +21,8 @@ import cv2
 import numpy as np
 
 from conveyor.errors import InvalidArgument, SpecError
+from conveyor_server.engine.behaviour.inputs import images
+from conveyor_server.engine.behaviour.probe_set import Case, f32, op_probe
 from conveyor_server.engine.ops.args import (
     INTERP,
     WARP_DTYPES,
@@ -174,3 +176,20 @@ def build_rotate(ctx: OpContext) -> SampleOp:
         return (warp_affine(image, matrix, out_hw, interp, params.fill(image.shape[2])),)
 
     return SampleOp(fn=rotate, layouts=("HWC",))
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+@op_probe("rotate", variant_arg="interp_type")
+def _rotate(interp: str) -> list[Case]:
+    pictures = images(("uint8", "float32"))
+    angles = (17.3, -92.0, 45.0, 180.0, 0.5)
+    samples = [((p,), {"angle": f32(angles[i % len(angles)])})
+               for i, p in enumerate(pictures)]
+    return [
+        Case({"interp_type": interp}, samples),
+        Case({"interp_type": interp, "keep_size": True}, samples[:3]),
+        Case({"interp_type": interp, "fill_value": [10.0, 200.0, 31.0], "size": [20.0, 30.0]},
+             [s for s in samples if s[0][0].shape[2] == 3]),
+    ]

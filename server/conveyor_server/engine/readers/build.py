@@ -1,29 +1,29 @@
-"""A reader's parts, made from its arguments when the pipeline is built.
+"""A reader's parts, made from its arguments when the pipeline is built, and the map of
+readers by operator.
 
-Every reader here is three things: the file reader's stage over its samples (the order: a
-pure function of seed, epoch and shard settings), a ``SampleSource`` that reads one
-sample's outputs by index on the worker threads, and the identity of its data set that
-every checkpoint digests. The plan binds them like the file reader's.
+Every reader is three things: the file reader's stage over its samples (the order: a pure
+function of seed, epoch and shard settings), a ``SampleSource`` that reads one sample's
+outputs by index on the worker threads (none for ``readers.file``, whose samples are its
+entries' bytes and labels), and the identity of its data set that every checkpoint
+digests. A reader's module registers its builder (``@register_reader("readers.numpy")``);
+``engine/catalog.py`` imports them all, and the plan binds every reader alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from conveyor_server.engine.data_files import DataFiles
+from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.data_roots import DataRoots
+from conveyor_server.engine.file_list import FileEntry
 from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.readers import caffe, numpy_reader, webdataset
-from conveyor_server.engine.readers.data_paths import ReaderPaths
 from conveyor_server.engine.readers.identity import ReaderIdentity
-from conveyor_server.engine.readers.lmdb_records import LmdbRecords
 from conveyor_server.engine.stages.file_reader import FileReaderStage
-
-#: The readers made here (``readers.file`` is planned on its own).
-READERS = (numpy_reader.OP, webdataset.OP, caffe.CAFFE, caffe.CAFFE2)
 
 
 class SampleSource(Protocol):
@@ -38,47 +38,61 @@ class SampleSource(Protocol):
 
 
 @dataclass(frozen=True)
+class ReaderRequest:
+    """What a reader is built from: the operator's place and arguments (defaults filled
+    in) and the pipeline's settings."""
+
+    op_type: str
+    op_index: int
+    args: Mapping[str, Any]
+    batch_size: int
+    #: The seed its order uses: its ``seed`` argument, else the pipeline's.
+    seed: int
+    #: The server's data roots, resolved once per pipeline (None: any path).
+    roots: DataRoots | None
+    limits: EngineLimits
+    #: How the pipeline opens data files (beneath their roots, bounded).
+    files: DataFiles
+
+
+@dataclass(frozen=True)
 class Reader:
     stage: FileReaderStage
-    source: SampleSource
-    identity: ReaderIdentity
+    #: Reads a sample's outputs by index; None for ``readers.file``.
+    source: SampleSource | None
+    identity: DataIdentity | ReaderIdentity
+    #: The number of files (records, samples) its checkpoints digest.
+    count: int
+    #: ``readers.file``'s entries (empty for the others).
+    entries: Sequence[FileEntry] = ()
 
 
-def _stage(op_type: str, op_index: int, count: int, args: Mapping[str, Any],
-           batch_size: int, seed: int, unit: str) -> FileReaderStage:
+ReaderBuilder = Callable[[ReaderRequest], Reader]
+#: The reader builders, by operator.
+READERS: dict[str, ReaderBuilder] = {}
+
+
+def register_reader(op_type: str) -> Callable[[ReaderBuilder], ReaderBuilder]:
+    def add(builder: ReaderBuilder) -> ReaderBuilder:
+        if op_type in READERS:
+            raise ValueError(f"reader {op_type!r} is already registered")
+        READERS[op_type] = builder
+        return builder
+    return add
+
+
+def build_reader(request: ReaderRequest) -> Reader:
+    return READERS[request.op_type](request)
+
+
+def reader_stage(request: ReaderRequest, count: int, unit: str = "files") -> FileReaderStage:
+    """The file reader's stage ordering ``count`` samples as ``request``'s arguments say."""
+    args = request.args
     return FileReaderStage(
-        op_index, count, batch_size=batch_size, seed=seed,
+        request.op_index, count, batch_size=request.batch_size, seed=request.seed,
         num_shards=args["num_shards"], shard_id=args["shard_id"],
         stick_to_shard=args["stick_to_shard"], pad_last_batch=args["pad_last_batch"],
         random_shuffle=args["random_shuffle"],
         shuffle_after_epoch=args.get("shuffle_after_epoch", False),
-        shuffle_after_epoch_seed=args.get("shuffle_after_epoch_seed", 0), op_type=op_type,
-        unit=unit)
-
-
-def build_reader(op_type: str, op_index: int, args: Mapping[str, Any], *, batch_size: int,
-                 seed: int, roots: DataRoots | None, limits: EngineLimits) -> Reader:
-    """``roots``: the server's data roots, resolved once per pipeline (None: any path)."""
-    paths = ReaderPaths(op_type, roots)
-    if op_type == numpy_reader.OP:
-        files = numpy_reader.list_files(args, paths)
-        return Reader(_stage(op_type, op_index, len(files), args, batch_size, seed, "files"),
-                      numpy_reader.NumpySource(files, paths, limits),
-                      ReaderIdentity(paths, files, args["verify"]))
-    if op_type == webdataset.OP:
-        index = webdataset.WebdatasetIndex(args, paths)
-        return Reader(_stage(op_type, op_index, index.count, args, batch_size, seed, "samples"),
-                      webdataset.WebdatasetSource(index, paths, limits),
-                      ReaderIdentity(paths, index.shards, args["verify"],
-                                     derived=index.digests, kind="shard"))
-    if op_type in (caffe.CAFFE, caffe.CAFFE2):
-        records = LmdbRecords(op_type, args["path"], paths, limits)
-        parse = caffe.DatumParser(args, limits) if op_type == caffe.CAFFE else \
-            caffe.TensorProtosParser(args, limits)
-        return Reader(_stage(op_type, op_index, records.count, args, batch_size, seed,
-                             "records"),
-                      caffe.LmdbSource(op_type, records, parse),
-                      ReaderIdentity(paths, records.files, args["verify"],
-                                     derived=records.digests, kind="database",
-                                     derived_name="keys"))
-    raise KeyError(f"no reader {op_type!r} is built here")
+        shuffle_after_epoch_seed=args.get("shuffle_after_epoch_seed", 0),
+        op_type=request.op_type, unit=unit)

@@ -39,8 +39,18 @@ from conveyor.reader_schemas import (
     NO_LABEL,
     SINGLE_LABEL,
 )
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.behaviour.inputs import reader_orders
+from conveyor_server.engine.behaviour.probe_set import source_probe
+from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.readers.build import (
+    Reader,
+    ReaderRequest,
+    reader_stage,
+    register_reader,
+)
+from conveyor_server.engine.readers.data_paths import ReaderPaths
 from conveyor_server.engine.readers.formats import caffe2_pb2, caffe_pb2
+from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.readers.lmdb_records import LmdbRecords
 
 CAFFE = "readers.caffe"
@@ -220,3 +230,65 @@ class TensorProtosParser:
         out[indices] = weights
         return out
 
+
+@register_reader(CAFFE)
+@register_reader(CAFFE2)
+def build_lmdb_reader(request: ReaderRequest) -> Reader:
+    op_type, args = request.op_type, request.args
+    paths = ReaderPaths(op_type, request.roots)
+    records = LmdbRecords(op_type, args["path"], paths, request.limits)
+    parse = DatumParser(args, request.limits) if op_type == CAFFE else \
+        TensorProtosParser(args, request.limits)
+    identity = ReaderIdentity(paths, records.files, args["verify"], derived=records.digests,
+                              kind="database", derived_name="keys")
+    return Reader(reader_stage(request, records.count, "records"),
+                  LmdbSource(op_type, records, parse), identity, identity.count)
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+def _pixels(shape: tuple[int, ...]) -> bytes:
+    return (np.arange(int(np.prod(shape)), dtype=np.int64) * 37 % 256).astype(np.uint8).tobytes()
+
+
+@source_probe("readers.caffe")
+def _caffe() -> list[np.ndarray]:
+    out = reader_orders("readers.caffe")
+    records = [caffe_pb2.Datum(data=b"\xff\xd8encoded", label=3, encoded=True),
+               caffe_pb2.Datum(data=b"no encoded field", label=-7),
+               caffe_pb2.Datum(channels=3, height=2, width=5, data=_pixels((3, 2, 5)),
+                               label=1, encoded=False)]
+    for image in (True, False):
+        for label in (True, False):
+            parse = DatumParser({"image_available": image, "label_available": label},
+                                      NO_LIMITS)
+            for record in records:
+                out += parse(memoryview(record.SerializeToString()))
+    return out
+
+
+@source_probe("readers.caffe2")
+def _caffe2() -> list[np.ndarray]:
+    out = reader_orders("readers.caffe2")
+    t = caffe2_pb2.TensorProto
+    images = [t(data_type=t.STRING, string_data=[b"\x89PNG...", b"ignored"]),
+              t(data_type=t.BYTE, dims=[2, 3, 3], byte_data=_pixels((2, 3, 3))),
+              t(data_type=t.BYTE, dims=[3, 2], byte_data=_pixels((3, 2)))]
+    labels = {0: [t(data_type=t.INT32, int32_data=[4])],
+              1: [t(data_type=t.FLOAT, float_data=[0.0, 5.0, 2.0])],
+              2: [t(data_type=t.FLOAT, float_data=[0.25, -1.5])],
+              3: [t(data_type=t.INT32, int32_data=[1, 4]), t(data_type=t.FLOAT,
+                                                             float_data=[0.5, 2.0])],
+              4: []}
+    extra = [t(data_type=t.INT64, int64_data=[1 << 40, -2]), t(data_type=t.FLOAT,
+                                                                 float_data=[1.5]),
+             t(data_type=t.INT32, int32_data=[1, 2, 3, 4])]
+    for image in images:
+        for label_type, label in labels.items():
+            record = caffe2_pb2.TensorProtos(protos=[image, *label, *extra])
+            parse = TensorProtosParser(
+                {"image_available": True, "label_type": label_type, "num_labels": 6,
+                 "additional_inputs": 2, "bbox": True}, NO_LIMITS)
+            out += parse(memoryview(record.SerializeToString()))
+    return out

@@ -19,17 +19,28 @@ since the listing, or whose header does not fit its size, is DATA_LOSS naming it
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npy
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
+from conveyor_server.engine.behaviour.inputs import reader_orders
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.file_list import unfit_name
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.readers import npy_format
+from conveyor_server.engine.readers.build import (
+    Reader,
+    ReaderRequest,
+    reader_stage,
+    register_reader,
+)
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
+from conveyor_server.engine.readers.identity import ReaderIdentity
 
 OP = "readers.numpy"
 
@@ -116,3 +127,35 @@ class NumpySource:
         if limit is not None and size > limit:
             raise ResourceExhausted(f"{OP}: {name!r} {what} {size:,} bytes, above the "
                                     f"server's limit limits.{key} = {limit:,}; it was not read")
+
+
+@register_reader(OP)
+def build_numpy_reader(request: ReaderRequest) -> Reader:
+    paths = ReaderPaths(OP, request.roots)
+    files = list_files(request.args, paths)
+    identity = ReaderIdentity(paths, files, request.args["verify"])
+    return Reader(reader_stage(request, len(files)),
+                  NumpySource(files, paths, request.limits), identity, identity.count)
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+def _npy_bytes(array: np.ndarray, fortran: bool) -> bytes:
+    f = io.BytesIO()
+    npy.write_array(f, np.asfortranarray(array) if fortran else array, version=(1, 0))
+    return f.getvalue()
+
+
+@source_probe("readers.numpy")
+def _numpy() -> list[np.ndarray]:
+    out = reader_orders("readers.numpy")
+    base = (np.arange(60, dtype=np.int64) * 2654435761 % 1000 - 500).reshape(3, 4, 5)
+    for name in npy_format.DTYPES:
+        for dtype in (np.dtype(name).newbyteorder("<"), np.dtype(name).newbyteorder(">")):
+            for array in (base.astype(dtype), base[0].astype(dtype),
+                          np.asarray(7, dtype=dtype), np.zeros((0, 3), dtype=dtype)):
+                for fortran in (False, True):
+                    f = io.BytesIO(_npy_bytes(array, fortran))
+                    out.append(npy_format.read_data(f, npy_format.read_header(f)))
+    return out

@@ -26,7 +26,9 @@ above ``limits.max_batch_bytes`` is RESOURCE_EXHAUSTED before it is read.
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,10 +37,19 @@ from typing import Any
 import numpy as np
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
+from conveyor_server.engine.behaviour.inputs import reader_orders
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.file_list import unfit_name
 from conveyor_server.engine.limits import EngineLimits
 from conveyor_server.engine.readers import tar_index
+from conveyor_server.engine.readers.build import (
+    Reader,
+    ReaderRequest,
+    reader_stage,
+    register_reader,
+)
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
+from conveyor_server.engine.readers.identity import ReaderIdentity
 
 OP = "readers.webdataset"
 
@@ -232,3 +243,54 @@ class WebdatasetSource:
                                     f"the member at byte {offset + filled:,}")
             filled += got
         return out
+
+
+@register_reader(OP)
+def build_webdataset_reader(request: ReaderRequest) -> Reader:
+    paths = ReaderPaths(OP, request.roots)
+    index = WebdatasetIndex(request.args, paths)
+    identity = ReaderIdentity(paths, index.shards, request.args["verify"],
+                              derived=index.digests, kind="shard")
+    return Reader(reader_stage(request, index.count, "samples"),
+                  WebdatasetSource(index, paths, request.limits), identity, identity.count)
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+def _tar() -> bytes:
+    f = io.BytesIO()
+    members = [("a/000.jpg", 5), ("a/000.cls", 4), ("a/000.seg.png", 3), ("a/.hidden", 2),
+               ("a/001.JPG", 6), ("a/001.txt", 1), ("002.cls", 8), ("002.jpeg", 7),
+               ("003", 2), ("004.cls", 4)]
+    with tarfile.open(fileobj=f, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for name, kind in (("a", tarfile.DIRTYPE), ("a/link.jpg", tarfile.SYMTYPE)):
+            entry = tarfile.TarInfo(name)
+            entry.type, entry.mtime = kind, 0
+            archive.addfile(entry)
+        for i, (member, size) in enumerate(members):
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime = size, 0
+            archive.addfile(info, io.BytesIO(bytes([i]) * size))
+    return f.getvalue()
+
+
+@source_probe("readers.webdataset")
+def _webdataset() -> list[np.ndarray]:
+    out = reader_orders("readers.webdataset")
+    data = _tar()
+    index = "v1.2 2\njpg 512 5 x.jpg cls 1536 4 x.cls\ncls 2560 8 y.cls\n"
+    groups = (tar_index.read_tar(io.BytesIO(data), len(data)),
+              tar_index.parse_index(index, len(data)))
+    for samples in groups:
+        out.append(np.frombuffer(tar_index.index_digest(samples).encode(), dtype=np.uint8))
+        for ext, case, missing in (("jpg;jpeg", True, "empty"), ("jpg;jpeg", False, "skip"),
+                                   ("cls", True, "skip")):
+            rules = Outputs.from_args({"ext": (ext, "cls"), "dtypes": ("uint8", "int32"),
+                                       "case_sensitive_extensions": case,
+                                       "missing_component_behavior": missing})
+            for sample in samples:
+                chosen = rules.match(sample, "probe")
+                keys = np.frombuffer(sample.key.encode(), dtype=np.uint8)
+                out += [keys, np.asarray(chosen if chosen is not None else [], np.int64)]
+    return out

@@ -36,6 +36,7 @@ import numpy as np
 from conveyor.errors import CorruptCheckpoint, ExternalSourceError, SpecError
 from conveyor.external_source import BatchInfo, SampleInfo, Source
 from conveyor.v1 import checkpoint_pb2
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
 
 OP = "external_source"
@@ -296,3 +297,50 @@ class ExternalSourceStage:
     def _bad(self, epoch: int, iteration: int, what: str) -> ExternalSourceError:
         return ExternalSourceError(f"{self.label} at epoch {epoch}, iteration {iteration}: "
                                    f"{what}", source=self.name)
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+_PROBE_BATCH = 4
+
+
+def _probe_samples(info: SampleInfo) -> np.ndarray:
+    if info.idx_in_epoch >= 9 + 5 * info.epoch_idx:  # epochs of 9, 14, 19, ... samples
+        raise StopIteration
+    return np.array([info.epoch_idx, info.idx_in_epoch, info.idx_in_batch, info.iteration],
+                    dtype=np.int64)
+
+
+def _probe_batches(info: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+    iteration, epoch = (info.iteration, info.epoch_idx) if isinstance(info, BatchInfo) \
+        else (int(info), -1)
+    if iteration >= 2 + (epoch % 3 if epoch >= 0 else 1):
+        raise StopIteration
+    first = np.full((_PROBE_BATCH, 2), [epoch, iteration], dtype=np.int32)
+    return first, [np.arange(i + 1, dtype=np.float32) for i in range(_PROBE_BATCH)]
+
+
+def _probe_stage(batch: bool, batch_info: bool) -> ExternalSourceStage:
+    args = {"batch": batch, "batch_info": batch_info, "num_outputs": 0 if not batch else 2,
+            "dtype": None, "ndim": None, "layout": None}
+    return ExternalSourceStage(3, "probe:source", _probe_batches if batch else _probe_samples, args,
+                               batch_size=_PROBE_BATCH)
+
+
+@source_probe("external_source")
+def _external_source() -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for batch, batch_info in ((False, False), (True, True), (True, False)):
+        stage = _probe_stage(batch, batch_info)
+        stage.reset(None)
+        for _ in range(12):
+            for sample in stage.next():
+                out.extend(sample.get())
+        fresh = _probe_stage(batch, batch_info)
+        fresh.reset(None)
+        start = fresh.get_state()
+        for batches in (0, 1, 2, 3, 5, 8, 13, 21):
+            state = fresh.advanced(start, batches * _PROBE_BATCH).external_source
+            out.append(np.array([state.epoch, state.iteration], dtype=np.uint64))
+    return out

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 
 from conveyor.errors import CorruptCheckpoint, SpecError
+from conveyor.schema import schema_of
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine import keyed_random
+from conveyor_server.engine.behaviour.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
 
 STATE_SAMPLE_INDEX = "sample_index"
@@ -114,3 +116,32 @@ class RandomStage:
         values = self.draw(self._next, self.batch_size)
         self._next += self.batch_size
         return [values[i].copy() for i in range(self.batch_size)]
+
+
+# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+
+
+def _draws(op_type: str, args: Mapping[str, Any]) -> list[np.ndarray]:
+    defaults = {name: a.default for name, a in schema_of(op_type).args.items()}
+    out = []
+    for dtype in schema_of(op_type).args["dtype"].choices:
+        stage = RandomStage(op_type, 3, {**defaults, **args, "dtype": dtype},
+                            batch_size=4, seed=0x5EED)
+        out += [stage.draw(0, 4096), stage.draw(2**40 + 17, 64)]
+    return out
+
+
+@source_probe("random.uniform")
+def _probe_uniform() -> list[np.ndarray]:
+    return (_draws("random.uniform", {"range": (-30.0, 30.0), "shape": (2,)})
+            + _draws("random.uniform", {"values": (0.5, 1.0, 2.5)}))
+
+
+@source_probe("random.normal")
+def _probe_normal() -> list[np.ndarray]:
+    return _draws("random.normal", {"mean": 0.5, "stddev": 2.0, "shape": (3,)})
+
+
+@source_probe("random.coin_flip")
+def _probe_coin_flip() -> list[np.ndarray]:
+    return _draws("random.coin_flip", {"probability": 0.3})
