@@ -17,6 +17,7 @@ from conveyor import fn, pipeline_def, types
 from conveyor.errors import DataFileError, FailedPrecondition, Internal, InvalidArgument
 from conveyor.tensor_list import TensorList
 from conveyor_server import Pipeline
+from conveyor_server.engine import catalog
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, SamplePhase
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, OpContext, SampleOp
@@ -137,7 +138,7 @@ def test_a_batched_op_failing_as_a_whole_names_the_batch(
             raise RuntimeError("out of device memory")
         return BatchOp(fn_, ("HWC",))
 
-    registry.builder_for("rotate")  # the built-in operators first
+    catalog.load()  # the built-in operators first
     monkeypatch.setitem(registry._BUILDERS, ("crop_mirror_normalize", BATCH), broken)
     with Pipeline(training(str(data))) as pipe, pytest.raises(
             Internal, match=r"crop_mirror_normalize \(op 4\) failed on batch 0: RuntimeError: "
@@ -197,7 +198,7 @@ def test_a_builder_must_return_the_form_it_was_registered_in(
     def wrong(ctx: OpContext) -> SampleOp:
         return SampleOp(lambda inputs, targs: (), ())
 
-    registry.builder_for("rotate")  # the built-in operators first
+    catalog.load()  # the built-in operators first
     monkeypatch.setitem(registry._BUILDERS, ("rotate", BATCH), wrong)
     with pytest.raises(TypeError, match="per-batch builder of 'rotate' returned a per-sample"):
         registry.build(dataclasses.replace(_context(), op_type="rotate"), BATCH)

@@ -22,6 +22,7 @@ from conveyor.errors import (
 )
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server import Pipeline
+from conveyor_server.engine import catalog
 from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine import pipeline as pipeline_module
 from conveyor_server.engine.behaviour.measure import process_behaviour
@@ -315,7 +316,7 @@ def _add_unseeded_op(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
             return (inputs[0] ^ unkeyed.integers(0, 2, size=inputs[0].shape, dtype=np.uint8),)
         return registry.SampleOp(noisy, ("HWC",))
 
-    registry.builder_for("rotate")  # load the built-in operators first
+    catalog.load()  # the built-in operators first
     monkeypatch.setitem(registry._BUILDERS, ("test.unkeyed_noise", registry.SAMPLE), build)
     # Give it a behaviour digest, so that checkpoints of it restore (and differ).
     measured = process_behaviour()

@@ -20,6 +20,7 @@ from PIL import Image
 from conveyor import fn, pipeline_def, types
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor_server import Pipeline
+from conveyor_server.engine import catalog
 from conveyor_server.engine.behaviour.measure import process_behaviour
 from conveyor_server.engine.devices import cuda_device_count
 from conveyor_server.engine.limits import NO_LIMITS
@@ -209,7 +210,7 @@ def cpu_backend_random_crop(monkeypatch: pytest.MonkeyPatch) -> None:
     def build_on_cpu_backend(ctx: registry.OpContext) -> registry.BatchOp:
         return decode_mixed.image_random_crop_op(ctx, cpu_decoder("RGB", ctx.op_type))
 
-    registry.builder_for("rotate")  # the built-in operators first
+    catalog.load()  # the built-in operators first
     # The process's behaviour is measured once and kept: measure it on the real operators,
     # not on this stand-in.
     process_behaviour()
