@@ -54,6 +54,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
+from conveyor.schema import SCHEMAS
 from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 
 SAMPLE: Final = "sample"
@@ -136,6 +137,12 @@ CPU_ONLY: Final = ("cpu",)
 
 def register(op_type: str, per: Per = SAMPLE,
              devices: Sequence[str] = CPU_ONLY) -> Callable[[Builder], Builder]:
+    declared = SCHEMAS.get(op_type)
+    undeclared = [d for d in devices if declared is None or d not in declared.devices]
+    if undeclared:
+        raise ValueError(f"operator {op_type!r} is not declared for device(s) {undeclared} "
+                         "(declare it in conveyor.schema first)")
+
     def add(builder: Builder) -> Builder:
         for device in devices:
             table: dict[Any, Builder] = _BUILDERS if device == "cpu" else _DEVICE_BUILDERS

@@ -1,4 +1,5 @@
-"""Readers beyond ``readers.file``: ``readers.numpy`` and ``readers.webdataset``.
+"""The readers: ``readers.file`` (``file.py``), ``readers.numpy``, ``readers.webdataset``,
+``readers.caffe`` and ``readers.caffe2``.
 
 Each lists its data once, when the pipeline is built, every path checked against the data
 roots first (``data_paths.py``); orders its samples with the file reader's stage (DALI's
@@ -7,6 +8,8 @@ listing into every checkpoint (``identity.py``); and reads one sample's outputs 
 run time (a ``SampleSource``, ``build.py``), so a restore starts at any position without
 replay.
 
-``build.py`` makes a reader's parts from its arguments; ``numpy_reader.py`` (with
-``npy_format.py``) and ``webdataset.py`` (with ``tar_index.py``) hold the two readers.
+``build.py`` holds a reader's parts and the map of readers; each reader's module registers
+its builder there (``@register_reader``) and its behaviour probe: ``file.py``,
+``numpy_reader.py`` (with ``npy_format.py``), ``webdataset.py`` (with ``tar_index.py``) and
+``caffe.py`` (with ``lmdb_records.py``).
 """

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from conveyor.schema import SCHEMAS
 from conveyor_server.engine.data_files import DataFiles
 from conveyor_server.engine.data_identity import DataIdentity
 from conveyor_server.engine.data_roots import DataRoots
@@ -73,6 +74,10 @@ READERS: dict[str, ReaderBuilder] = {}
 
 
 def register_reader(op_type: str) -> Callable[[ReaderBuilder], ReaderBuilder]:
+    if op_type not in SCHEMAS:
+        raise ValueError(f"reader {op_type!r} is not declared (declare it in conveyor.schema "
+                         "first)")
+
     def add(builder: ReaderBuilder) -> ReaderBuilder:
         if op_type in READERS:
             raise ValueError(f"reader {op_type!r} is already registered")
