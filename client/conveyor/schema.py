@@ -1,5 +1,12 @@
 """Operator schemas: the arguments each operator takes, their kinds, defaults and limits.
 
+A schema is the operator's one declaration: besides its arguments it names the devices it
+runs on, which arguments are file paths, pixel extents or lists as long as the data set,
+and the rule that fixes its output's size (``schema_args``, ``output_sizes``). ``fn``
+makes every operator of ``SCHEMAS`` from it, a server bounds specs and registers builders,
+GPU planners and probes against it, and the operator reference is generated from it
+(``SCHEMAS`` and ``schema_of`` are the public way to read declarations).
+
 Shared by the definition API (which validates as you write the pipeline) and the server
 (which validates every spec it receives, whoever built it). ``decode_args`` turns an
 ``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
