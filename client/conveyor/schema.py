@@ -1,18 +1,13 @@
-"""Operator schemas: the arguments each operator takes, their kinds, defaults and limits.
+"""Operator schemas: each operator's one declaration (its arguments with their kinds,
+defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 
-A schema is the operator's one declaration: besides its arguments it names the devices it
-runs on, which arguments are file paths, pixel extents or lists as long as the data set,
-and the rule that fixes its output's size (``schema_args``, ``output_sizes``). ``fn``
-makes every operator of ``SCHEMAS`` from it, a server bounds specs and registers builders,
-GPU planners and probes against it, and the operator reference is generated from it
-(``SCHEMAS`` and ``schema_of`` are the public way to read declarations).
-
-Shared by the definition API (which validates as you write the pipeline) and the server
-(which validates every spec it receives, whoever built it). ``decode_args`` turns an
-``OpSpec``'s arguments back into Python values with the defaults filled in. What a schema
-is made of is in ``schema_args``; the readers' schemas (numpy, webdataset, caffe, caffe2)
-are in ``reader_schemas``, the colour operators' in ``color_schemas``, and
-``external_source``'s and ``decoders.image_slice``'s in ``source_schemas``.
+``fn`` makes every operator of ``SCHEMAS`` from it; a server validates and bounds specs by
+it and registers builders, GPU planners and probes against it; the operator reference is
+generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
+``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
+filled in. The readers' schemas (numpy, webdataset, caffe, caffe2) are in
+``reader_schemas``, the colour operators' in ``color_schemas``, and ``external_source``'s
+and ``decoders.image_slice``'s in ``source_schemas``.
 """
 
 from __future__ import annotations
