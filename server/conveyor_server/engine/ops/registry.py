@@ -33,8 +33,9 @@ Either declares the device it computes on. A builder serves the spec devices it 
 registered for (``devices``, "cpu" unless told): ``@register("decoders.image", per=BATCH,
 devices=("mixed", "gpu"))`` is the form a ``device="mixed"`` decoder is built in, while
 the CPU decoder stays per sample. A ``BatchOp`` on a GPU takes and returns device batches:
-a list of CuPy arrays, HWC, one per sample, on the pipeline's ``device_id``, complete on
-the legacy default stream (``engine/gpu_staging.py`` copies them out). ``fn`` must be
+a list of CuPy arrays, HWC, one per sample, on the pipeline's ``device_id``, enqueued on
+the device's compute stream (``engine/cuda/streams.py``; ``engine/gpu_staging.py`` copies
+them out). ``fn`` must be
 pure: same inputs, same outputs, on any thread. Operators that keep state are not
 registered here: they are source stages (see ``conveyor_server.engine.stages``); their
 values reach the operators through ``targs``, keyed by global sample index, so a batched
