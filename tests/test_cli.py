@@ -97,6 +97,11 @@ def test_deleting_a_live_pipeline_held_elsewhere_names_its_server_and_force(
                 f"server (`conveyor --server {a.address} delete elsewhere`), or force the "
                 "delete here (`conveyor delete elsewhere --force`, "
                 "DeletePipelineRequest.force), which fences that server") in err
+        status, _, err = run_cli(capsys, "--server", b.address, "checkpoint", "elsewhere")
+        assert status == 1
+        assert (f"pipeline 'elsewhere' is held by server {a.address}, not by this one "
+                f"({b.address}): its stream and checkpoints are served there (`conveyor "
+                f"--server {a.address} ...`)") in err
         status, _, err = run_cli(capsys, "--server", b.address, "describe", "nowhere")
         assert status == 1
         assert ("pipeline 'nowhere' does not exist: `conveyor pipelines` lists the pipelines "

@@ -5,9 +5,15 @@
     conveyor [--server ADDR] checkpoint NAME          # at the acknowledged position
     conveyor [--server ADDR] checkpoints NAME
     conveyor [--server ADDR] restore NAME --checkpoint ID
-    conveyor [--server ADDR] stream NAME --batches N  # reads a copy, never moves NAME
-    conveyor [--server ADDR] delete NAME [--keep-checkpoints]
+    conveyor [--server ADDR] stream NAME [--batches N]  # reads a copy, never moves NAME
+    conveyor [--server ADDR] delete NAME [--keep-checkpoints] [--force]
     conveyor spec MODULE:FUNCTION [ARG ...] [--format json|textproto]   # no server
+
+``pipelines`` and ``describe`` say whether each holder is alive (its lease on the name in
+Redis) and give the latest checkpoint whichever server wrote it; ``describe`` prints the
+spec one operator a line (an input ``#i.j`` is output j of operator #i); ``stream``
+reports images/s and each output's dtype, layout and sample shapes. With no server at the
+address, the error says how to name one (``--server``, ``CONVEYOR_SERVER``).
 
 Credentials never go on the command line: the token is read from ``--token-file FILE``
 (``-``: standard input) or ``CONVEYOR_TOKEN_FILE``, else ``CONVEYOR_TOKEN``. TLS:

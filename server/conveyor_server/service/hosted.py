@@ -228,7 +228,9 @@ class HostedPipelines:
         if owner is None:
             raise NotFound(f"pipeline {name!r} does not exist")
         raise FailedPrecondition(f"pipeline {name!r} is held by server {owner.holder}, "
-                                 f"not by this one ({self._address})", holder=owner.holder)
+                                 f"not by this one ({self._address}): its stream and "
+                                 f"checkpoints are served there (`conveyor --server "
+                                 f"{owner.holder} ...`)", holder=owner.holder)
 
     def check_capacity(self, name: str) -> None:
         with self._lock:
