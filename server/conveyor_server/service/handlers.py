@@ -46,7 +46,8 @@ from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
 from conveyor_server.service.stream_slots import StreamSlots
-from conveyor_server.store.store import Store, StoredCheckpoint, check_name
+from conveyor_server.store.ids import check_name
+from conveyor_server.store.store import Store, StoredCheckpoint
 
 log = logging.getLogger("conveyor.server")
 

@@ -33,8 +33,9 @@ from conveyor.errors import (
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service.jobs import share_message
+from conveyor_server.store.ids import check_name
 from conveyor_server.store.records import ANONYMOUS
-from conveyor_server.store.store import Store, StoredCheckpoint, check_name
+from conveyor_server.store.store import Store, StoredCheckpoint
 
 log = logging.getLogger("conveyor.server")
 

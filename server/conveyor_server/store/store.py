@@ -21,8 +21,8 @@ slot and the Lua scripts (``scripts/``) stay atomic:
 
 A checkpoint id is ``<pipeline>:<seq>-<nonce>``: ``nonce`` is 16 lowercase hex digits, 12
 drawn at random for each write and 4 that check the whole id (``sealed_nonce``), kept in the
-checkpoint's hash, so an id names one checkpoint for all time, and an id no server wrote
-(mistyped, made up) is told apart from one whose number was reused. A sequence number
+checkpoint's hash (``ids.py``), so an id names one checkpoint for all time, and an id no
+server wrote (mistyped, made up) is told apart from one whose number was reused. A sequence number
 alone can come back (a Redis failover that loses the last writes rolls the counter back;
 servers before this format deleted the counter with the name), and reading an id whose
 nonce is not the stored one is NotFound, never another checkpoint. Ids ``<pipeline>:<seq>``
@@ -45,8 +45,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import re
-import secrets
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -65,64 +63,22 @@ from conveyor.errors import (
     Unavailable,
 )
 from conveyor_server.store.connect import Connection, RedisConfig, connect
+from conveyor_server.store.ids import (
+    checkpoint_id,
+    new_nonce,
+    parse_checkpoint_id,
+    sealed_nonce,
+    written_by_a_server,
+)
 from conveyor_server.store.records import ANONYMOUS, Owner, StoredCheckpoint, owner_of
 
 log = logging.getLogger("conveyor.server")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
 #: A holder renews its lease on a name every third of this; a name whose lease ran out may
 #: be created anew (and any server may restore it, as always).
 LEASE_S = 30.0
 #: How long a reader's file listing is kept after its pipeline last used it (30 days).
 LISTING_TTL_S = 30 * 24 * 3600
-def check_name(name: str) -> str:
-    if not NAME_PATTERN.fullmatch(name or ""):
-        raise InvalidArgument(f"pipeline name {name!r} is invalid: use 1-128 characters from "
-                              "A-Z a-z 0-9 . _ - starting with a letter or digit")
-    return name
-
-
-CHECKPOINT_ID_PATTERN = re.compile(r"([^:]+):([1-9][0-9]{0,18})(?:-([0-9a-f]{16}))?")
-
-
-#: Hex digits of a nonce drawn at random; the rest (4) check the id (``sealed_nonce``).
-RANDOM_NONCE_DIGITS = 12
-
-
-def new_nonce() -> str:
-    """The random part of a new checkpoint id's nonce: 12 lowercase hex digits."""
-    return secrets.token_hex(RANDOM_NONCE_DIGITS // 2)
-
-
-def sealed_nonce(name: str, seq: int, random_part: str) -> str:
-    """The nonce of checkpoint ``seq`` of ``name``: ``random_part`` and 4 check digits, the
-    first of SHA-1 of ``<name>:<seq>-<random_part>`` (``write_checkpoint.lua`` computes
-    the same). A mistyped or made-up id fails the check (all but 1 in 65,536), so it is
-    told from a real id whose number now holds another checkpoint."""
-    check = hashlib.sha1(f"{name}:{seq}-{random_part}".encode()).hexdigest()[:4]
-    return random_part + check
-
-
-def written_by_a_server(name: str, seq: int, nonce: str) -> bool:
-    """Whether ``nonce`` passes the check a server's nonce carries (``sealed_nonce``)."""
-    random_part = nonce[:RANDOM_NONCE_DIGITS]
-    return len(nonce) == 16 and sealed_nonce(name, seq, random_part) == nonce
-
-
-def checkpoint_id(name: str, seq: int, nonce: str) -> str:
-    """``<name>:<seq>-<nonce>``; an empty nonce gives an older server's ``<name>:<seq>``."""
-    return f"{name}:{seq}-{nonce}" if nonce else f"{name}:{seq}"
-
-
-def parse_checkpoint_id(cid: str) -> tuple[str, int, str]:
-    """(pipeline, sequence, nonce) of a checkpoint id; the nonce is "" for an older
-    server's ``<pipeline>:<number>``."""
-    match = CHECKPOINT_ID_PATTERN.fullmatch(cid or "")
-    if match is None:
-        raise InvalidArgument(f"checkpoint id {cid!r} is invalid: expected "
-                              "'<pipeline>:<number>-<16 hex>'")
-    name, seq, nonce = match.groups()
-    return check_name(name), int(seq), nonce or ""
 
 
 def _listing_key(digest: bytes) -> str:
