@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from conveyor.errors import InvalidArgument, NotFound
+from conveyor_server.store.ids import checkpoint_id, parse_checkpoint_id
 from conveyor_server.store.redis_process import RedisProcess
-from conveyor_server.store.store import Store, checkpoint_id, parse_checkpoint_id
+from conveyor_server.store.store import Store
 
 ID = re.compile(r"p:([0-9]+)-[0-9a-f]{16}")
 STALE = "no longer exists"

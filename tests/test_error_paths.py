@@ -100,7 +100,8 @@ def test_no_error_reveals_where_the_data_roots_are(
         "symlink out": (errors.PermissionDenied, "'<root 0>/d/class_0/z.jpg' is outside"),
         "missing target": (errors.DataLoss, "cannot read '<root 0>/e/class_0/z.jpg'"),
         "not UTF-8": (errors.InvalidArgument, "'<root 0>/f/class_0/\\udcff.jpg' has a name"),
-        "file_root missing": (errors.InvalidArgument, "'<root 0>/imgs/no' is not a directory"),
+        "file_root missing": (errors.InvalidArgument, "'<root 0>/imgs/no' does not exist: check "
+                                                   "the path"),
         "no files": (errors.InvalidArgument, "no files found in '<root 0>/empty'"),
         "bad file_list": (errors.InvalidArgument, "file_list '<root 0>/imgs/list.txt' line 1"),
         "NUL in files": (errors.SpecError, "contains a NUL character"),

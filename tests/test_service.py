@@ -186,7 +186,7 @@ def test_cli_operates_without_moving_the_trainer(
         assert cli(["--server", server.address, "describe", "nope"]) == 1
         out, err = capsys.readouterr()
         assert re.search(r"cli:2-[0-9a-f]{16}  after batch 2", out)
-        assert "read 3 batches of cli" in out
+        assert re.search(r"read 3 batches \(\d+ samples\) of cli .* images/s", out)
         assert "acknowledged 2" in out and "NOT_FOUND" in err
         assert [p.name for p in c.pipelines()] == ["cli"], "the stream copy was not deleted"
         with Pipeline(rotate_pipeline(str(image_root / "imgs"))) as local:

@@ -28,7 +28,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from conveyor.errors import DataFileError, PermissionDenied
+from conveyor.errors import DataFileError, InvalidArgument, PermissionDenied
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused after the fstat).
@@ -37,6 +37,24 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 def root_label(index: int) -> str:
     return f"<root {index}>"
+
+
+def outside_roots(op: str, what: str, name: str) -> PermissionDenied:
+    """The refusal of a path that lies outside every data root, with what to do. Whether
+    such a path exists is never said (no probing of the server's other files)."""
+    return PermissionDenied(
+        f"{op}: {what} {name!r} is outside the data roots, the only folders this server "
+        "reads: check the path for a typo (a relative path is resolved in the server's "
+        "working directory), or make a folder above it a data root (the server's "
+        "--data-root, data_roots in its configuration)")
+
+
+def not_a_folder(op: str, what: str, name: str, real: str) -> InvalidArgument:
+    """The refusal of a folder argument beneath the roots that is no folder: it does not
+    exist (mistyped?) or is something else."""
+    if not os.path.lexists(real):
+        return InvalidArgument(f"{op}: {what} {name!r} does not exist: check the path")
+    return InvalidArgument(f"{op}: {what} {name!r} is not a directory")
 
 
 class DataRoots:
@@ -62,8 +80,7 @@ class DataRoots:
         naming ``path`` if it lies outside them all."""
         found = self.locate(real)
         if found is None:
-            raise PermissionDenied(f"readers.file: {what} {self.name(path)!r} is outside the "
-                                   "data roots")
+            raise outside_roots("readers.file", what, self.name(path))
         return found
 
     def name(self, path: str | Path) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.errors import DataFileError, InvalidArgument, SpecError
-from conveyor_server.engine.data_roots import DataRoots, RealPaths
+from conveyor_server.engine.data_roots import DataRoots, RealPaths, not_a_folder
 
 log = logging.getLogger("conveyor.engine")
 
@@ -241,7 +241,7 @@ def resolve(args: Mapping[str, Any], roots: Roots = None) -> list[FileEntry]:
 def _scan_root(root: Path, args: Mapping[str, Any],
                roots: DataRoots | None) -> list[tuple[str, int]]:
     if not root.is_dir():
-        raise InvalidArgument(f"{OP}: file_root {display(roots, root)!r} is not a directory")
+        raise not_a_folder(OP, "file_root", display(roots, root), str(root))
     filters = args.get("file_filters") or tuple("*" + e for e in IMAGE_EXTENSIONS)
     wanted = _name_filter(filters, bool(args.get("case_sensitive_filter")))
     classes = sorted(d for d in os.listdir(root) if (root / d).is_dir())
@@ -268,6 +268,9 @@ def _read_file_list(
     name = display(roots, file_list)
     try:
         text = _read_text(real, roots)
+    except FileNotFoundError:
+        raise InvalidArgument(f"{OP}: file_list {name!r} does not exist: check the "
+                              "path") from None
     except OSError as exc:
         raise InvalidArgument(f"{OP}: cannot read file_list {name!r}: "
                               f"{exc.strerror}") from None

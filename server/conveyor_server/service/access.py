@@ -27,7 +27,8 @@ from conveyor.errors import PermissionDenied
 from conveyor.v1 import service_pb2
 from conveyor_server.service.hosted import HostedPipelines
 from conveyor_server.service.identity import Authenticator, Caller
-from conveyor_server.store.store import Store, StoredCheckpoint, check_name
+from conveyor_server.store.ids import check_name
+from conveyor_server.store.store import Store, StoredCheckpoint
 
 
 @dataclass(frozen=True)

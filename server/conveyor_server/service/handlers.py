@@ -37,6 +37,7 @@ from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.access import Access
 from conveyor_server.service.checkpoints import CheckpointWriter
+from conveyor_server.service.describing import Descriptions
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.jobs import Jobs, share_of
@@ -45,7 +46,8 @@ from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
 from conveyor_server.service.stream_slots import StreamSlots
-from conveyor_server.store.store import Owner, Store, StoredCheckpoint, check_name
+from conveyor_server.store.ids import check_name
+from conveyor_server.store.store import Store, StoredCheckpoint
 
 log = logging.getLogger("conveyor.server")
 
@@ -54,14 +56,6 @@ def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
     return service_pb2.CheckpointInfo(
         id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
         size_bytes=c.size, server=c.server, generation=c.generation, run_id=c.run_id)
-
-
-def _held_elsewhere(name: str, owner: Owner) -> service_pb2.PipelineInfo:
-    """What Redis knows of a pipeline this server does not host."""
-    return service_pb2.PipelineInfo(
-        name=name, holder=owner.holder, generation=owner.generation,
-        fingerprint=owner.fingerprint,
-        latest_checkpoint=owner.latest_id, run_id=owner.run_id)
 
 
 class ConveyorService:
@@ -84,6 +78,7 @@ class ConveyorService:
         self.keep_checkpoints = keep_checkpoints
         self.observer = observer
         self.pipelines = HostedPipelines(store, address, max_pipelines)
+        self.descriptions = Descriptions(store, self.pipelines, address, self.instance)
         self.kill_points = kill_points
         self.jobs = Jobs(store, self.instance)
         self.checkpoints = CheckpointWriter(store, self.instance, address, observer,
@@ -162,7 +157,9 @@ class ConveyorService:
             log.warning("force-deleted pipeline %s held by %s", request.name, previous,
                         extra={"pipeline": request.name, "holder": previous})
             return service_pb2.DeletePipelineResponse()
-        hosted = self.pipelines.local(request.name)
+        hosted = self.pipelines.get(check_name(request.name))
+        if hosted is None:
+            raise self.descriptions.not_deletable_here(request.name)
         with hosted.cond:
             mine, hosted.deleting = not hosted.deleting, True
         try:
@@ -186,32 +183,17 @@ class ConveyorService:
                       context: grpc.ServicerContext) -> service_pb2.ListPipelinesResponse:
         caller = self.access.caller(context)
         names = self.store.names()
-        owners = self.store.owners(names)
-        local = {h.name: h for h in self.pipelines.all()}
-        out = service_pb2.ListPipelinesResponse()
-        for name in names:
-            owner = owners.get(name)
-            if owner is not None and not self.access.may(caller, owner.creator):
-                continue  # another identity's
-            hosted = local.get(name)
-            if hosted is not None and owner is not None and owner.instance == self.instance:
-                out.pipelines.append(hosted.info(self.address, include_spec=False))
-            elif owner is not None:
-                out.pipelines.append(_held_elsewhere(name, owner))
-        return out
+        # Another identity's are left out, and names whose owner is gone (deleted).
+        owners = {name: owner for name, owner in self.store.owners(names).items()
+                  if owner is not None and self.access.may(caller, owner.creator)}
+        return service_pb2.ListPipelinesResponse(pipelines=self.descriptions.listed(owners))
 
     @rpc_kinds.unary
     def DescribePipeline(self, request: service_pb2.DescribePipelineRequest,
                          context: grpc.ServicerContext) -> service_pb2.DescribePipelineResponse:
         name = check_name(request.name)
         self.access.require(context, name, "describe")
-        hosted = self.pipelines.get(name)
-        if hosted is not None and hosted.ended is None:
-            return service_pb2.DescribePipelineResponse(pipeline=hosted.info(self.address))
-        owner = self.store.owner(name)
-        if owner is None:
-            raise NotFound(f"pipeline {name!r} does not exist")
-        return service_pb2.DescribePipelineResponse(pipeline=_held_elsewhere(name, owner))
+        return service_pb2.DescribePipelineResponse(pipeline=self.descriptions.described(name))
 
     @rpc_kinds.bidi_streaming
     def StreamBatches(self, request_iterator: Iterator[service_pb2.StreamBatchesRequest],

@@ -33,8 +33,9 @@ from conveyor.errors import (
 from conveyor.v1 import service_pb2
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service.jobs import share_message
+from conveyor_server.store.ids import check_name
 from conveyor_server.store.records import ANONYMOUS
-from conveyor_server.store.store import Store, StoredCheckpoint, check_name
+from conveyor_server.store.store import Store, StoredCheckpoint
 
 log = logging.getLogger("conveyor.server")
 
@@ -228,7 +229,9 @@ class HostedPipelines:
         if owner is None:
             raise NotFound(f"pipeline {name!r} does not exist")
         raise FailedPrecondition(f"pipeline {name!r} is held by server {owner.holder}, "
-                                 f"not by this one ({self._address})", holder=owner.holder)
+                                 f"not by this one ({self._address}): its stream and "
+                                 f"checkpoints are served there (`conveyor --server "
+                                 f"{owner.holder} ...`)", holder=owner.holder)
 
     def check_capacity(self, name: str) -> None:
         with self._lock:

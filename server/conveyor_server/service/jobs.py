@@ -18,8 +18,9 @@ import logging
 from conveyor.errors import Fenced, InvalidArgument, NotFound
 from conveyor.v1 import checkpoint_pb2, service_pb2
 from conveyor_server.engine.job_share import Share
+from conveyor_server.store.ids import check_name
 from conveyor_server.store.jobs import JobRecords
-from conveyor_server.store.store import Store, check_name
+from conveyor_server.store.store import Store
 
 log = logging.getLogger("conveyor.server")
 

@@ -19,13 +19,15 @@ slot and the Lua scripts (``scripts/``) stay atomic:
                                days after last use; names the first changed file when a
                                restore finds the data changed)
 
-A checkpoint id is ``<pipeline>:<seq>-<nonce>``: ``nonce`` is 16 random lowercase hex
-digits chosen for each write and kept in the checkpoint's hash, so an id names one
-checkpoint for all time. A sequence number alone can come back (a Redis failover that
-loses the last writes rolls the counter back; servers before this format deleted the
-counter with the name), and reading an id whose nonce is not the stored one is NotFound,
-never another checkpoint. Ids ``<pipeline>:<seq>`` from older servers are still read, but
-only while the checkpoint at that sequence has no nonce (was written by an older server).
+A checkpoint id is ``<pipeline>:<seq>-<nonce>``: ``nonce`` is 16 lowercase hex digits, 12
+drawn at random for each write and 4 that check the whole id (``sealed_nonce``), kept in the
+checkpoint's hash (``ids.py``), so an id names one checkpoint for all time, and an id no
+server wrote (mistyped, made up) is told apart from one whose number was reused. A sequence number
+alone can come back (a Redis failover that loses the last writes rolls the counter back;
+servers before this format deleted the counter with the name), and reading an id whose
+nonce is not the stored one is NotFound, never another checkpoint. Ids ``<pipeline>:<seq>``
+from older servers are still read, but only while the checkpoint at that sequence has no
+nonce (was written by an older server).
 
 Writes are the Lua scripts in ``scripts/`` (read once per process, registered once per
 ``Store``, run by their SHA). The name set is updated by the same script as the owner,
@@ -43,8 +45,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import re
-import secrets
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -63,45 +63,22 @@ from conveyor.errors import (
     Unavailable,
 )
 from conveyor_server.store.connect import Connection, RedisConfig, connect
+from conveyor_server.store.ids import (
+    checkpoint_id,
+    new_nonce,
+    parse_checkpoint_id,
+    sealed_nonce,
+    written_by_a_server,
+)
 from conveyor_server.store.records import ANONYMOUS, Owner, StoredCheckpoint, owner_of
 
 log = logging.getLogger("conveyor.server")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PIPELINES_KEY = "conveyor:pipelines"
 #: A holder renews its lease on a name every third of this; a name whose lease ran out may
 #: be created anew (and any server may restore it, as always).
 LEASE_S = 30.0
 #: How long a reader's file listing is kept after its pipeline last used it (30 days).
 LISTING_TTL_S = 30 * 24 * 3600
-def check_name(name: str) -> str:
-    if not NAME_PATTERN.fullmatch(name or ""):
-        raise InvalidArgument(f"pipeline name {name!r} is invalid: use 1-128 characters from "
-                              "A-Z a-z 0-9 . _ - starting with a letter or digit")
-    return name
-
-
-CHECKPOINT_ID_PATTERN = re.compile(r"([^:]+):([1-9][0-9]{0,18})(?:-([0-9a-f]{16}))?")
-
-
-def new_nonce() -> str:
-    """The random part of a new checkpoint id: 16 lowercase hex digits."""
-    return secrets.token_hex(8)
-
-
-def checkpoint_id(name: str, seq: int, nonce: str) -> str:
-    """``<name>:<seq>-<nonce>``; an empty nonce gives an older server's ``<name>:<seq>``."""
-    return f"{name}:{seq}-{nonce}" if nonce else f"{name}:{seq}"
-
-
-def parse_checkpoint_id(cid: str) -> tuple[str, int, str]:
-    """(pipeline, sequence, nonce) of a checkpoint id; the nonce is "" for an older
-    server's ``<pipeline>:<number>``."""
-    match = CHECKPOINT_ID_PATTERN.fullmatch(cid or "")
-    if match is None:
-        raise InvalidArgument(f"checkpoint id {cid!r} is invalid: expected "
-                              "'<pipeline>:<number>-<16 hex>'")
-    name, seq, nonce = match.groups()
-    return check_name(name), int(seq), nonce or ""
 
 
 def _listing_key(digest: bytes) -> str:
@@ -269,6 +246,17 @@ class Store:
         return {name: owner_of(name, raw)
                 for name, raw in zip(names, self._call("read owners", fetch), strict=True)}
 
+    def lease_holders(self, names: list[str]) -> dict[str, str]:
+        """The instance holding each name's lease, "" where it ran out (or none was taken):
+        a holder is alive while its instance holds the lease (``Owner.instance``)."""
+        def fetch() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.get(_k(name, "lease"))
+            return pipe.execute()
+        return {name: (raw or b"").decode()
+                for name, raw in zip(names, self._call("read leases", fetch), strict=True)}
+
     def names(self) -> list[str]:
         raw = self._call("list", lambda: self._redis.smembers(PIPELINES_KEY))
         names = sorted(n.decode() for n in raw)
@@ -284,16 +272,17 @@ class Store:
                          batches: int, server: str) -> StoredCheckpoint:
         created = int(time.time() * 1000)
         sha = hashlib.sha256(blob).hexdigest()
-        nonce = new_nonce()
+        random_part = new_nonce()
         keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts")]
         args: list[str | int | bytes] = [instance, generation, blob, sha, batches, created,
-                                         server, _k(name, "ckpt:"), name, nonce]
+                                         server, _k(name, "ckpt:"), name, random_part]
         ok, value = self._call("checkpoint", lambda: self._write(keys=keys, args=args))
         if not ok:
             holder = value.decode() if value else "nobody (deleted)"
             raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
                          "checkpoints are refused", holder=value.decode() if value else "")
         seq = int(value)
+        nonce = sealed_nonce(name, seq, random_part)
         self._replicated(f"checkpoint {checkpoint_id(name, seq, nonce)}")
         return StoredCheckpoint(checkpoint_id(name, seq, nonce), name, batches, created,
                                 len(blob), server, generation, blob)
@@ -308,13 +297,10 @@ class Store:
             fields.append("blob")
         values = self._call("read checkpoint", lambda: self._redis.hmget(
             _k(name, f"ckpt:{seq}"), fields))
-        if values[0] is None:
-            raise NotFound(f"checkpoint {cid!r} does not exist (never written, or retired by "
-                           "retention)")
-        if (values[5] or b"").decode() != nonce:
-            raise NotFound(f"checkpoint {cid!r} no longer exists: its sequence number now "
-                           "holds another checkpoint (reused by a later incarnation of the "
-                           "pipeline, or after a lost write)")
+        stored_nonce = (values[5] or b"").decode()
+        if values[0] is None or stored_nonce != nonce:
+            raise NotFound(self._missing(cid, name, seq, nonce,
+                                         None if values[0] is None else stored_nonce))
         blob = values[8] if with_blob else None
         if blob is not None and hashlib.sha256(blob).hexdigest() != values[4].decode():
             raise CorruptCheckpoint(f"checkpoint {cid!r} in Redis fails its integrity check")
@@ -323,6 +309,28 @@ class Store:
                                 values[2].decode(), int(values[3]), blob,
                                 (values[6] or ANONYMOUS.encode()).decode(),
                                 (values[7] or b"").decode())
+
+    def _missing(self, cid: str, name: str, seq: int, nonce: str,
+                 stored_nonce: str | None) -> str:
+        """Why ``cid`` names no checkpoint, and what to do: ``stored_nonce`` is the nonce of
+        the checkpoint numbered ``seq`` (None: there is none). Says nothing of the others."""
+        listing = f"`conveyor checkpoints {name}` lists the ones kept"
+        if nonce and not written_by_a_server(name, seq, nonce):
+            return (f"no such checkpoint: {cid!r} is not an id a server wrote (mistyped?); "
+                    f"{listing}")
+        if stored_nonce is not None:
+            # A real id (an older server's, which has no nonce, or one that passes the
+            # check) whose number now holds another checkpoint: the counter came back.
+            return (f"checkpoint {cid!r} no longer exists: its number was reused by a later "
+                    f"checkpoint of {name!r} (a Redis failover lost the write, or an older "
+                    f"server numbered a re-created pipeline anew); {listing}")
+        written = int(self._call("read checkpoint",
+                                 lambda: self._redis.get(_k(name, "seq"))) or 0)
+        if seq > written:
+            return (f"checkpoint {cid!r} does not exist: {name!r} has no checkpoint "
+                    f"numbered {seq} (never written, or lost in a Redis failover); {listing}")
+        return (f"checkpoint {cid!r} no longer exists: retired by retention "
+                f"(keep_checkpoints) or deleted with its pipeline; {listing}")
 
     def list_checkpoints(self, name: str) -> list[StoredCheckpoint]:
         def fetch() -> list[Any]:

@@ -16,8 +16,15 @@ import os
 import stat
 from dataclasses import dataclass
 
-from conveyor.errors import DataFileError, InvalidArgument, PermissionDenied
-from conveyor_server.engine.data_roots import DataRoots, RealPaths, root_label, swapped_link
+from conveyor.errors import DataFileError, InvalidArgument
+from conveyor_server.engine.data_roots import (
+    DataRoots,
+    RealPaths,
+    not_a_folder,
+    outside_roots,
+    root_label,
+    swapped_link,
+)
 from conveyor_server.engine.file_list import unfit_name
 
 log = logging.getLogger("conveyor.engine")
@@ -60,8 +67,7 @@ class ReaderPaths:
             return -1, ""
         found = self.roots.locate(real)
         if found is None:
-            raise PermissionDenied(f"{self.op}: {what} {self.name(path)!r} is outside the "
-                                   "data roots")
+            raise outside_roots(self.op, what, self.name(path))
         return found
 
     def real_dir(self, path: str, what: str) -> str:
@@ -69,7 +75,7 @@ class ReaderPaths:
         real = os.path.realpath(path)
         self._outside(path, real, what)
         if not os.path.isdir(real):
-            raise InvalidArgument(f"{self.op}: {what} {self.name(path)!r} is not a directory")
+            raise not_a_folder(self.op, what, self.name(path), real)
         return real
 
     def locate(self, path: str, what: str = "file") -> Located:
