@@ -18,13 +18,13 @@ import sys
 import time
 
 from bench._shared import interleaved, machine, median, parse_args, ratio, spread, table
-from conveyor_server.engine.behaviour.reference import reference_environment
+from conveyor_server.engine.identity.behaviour.reference import reference_environment
 
 _CHILD = """
 import json, time
 t0 = time.perf_counter()
 import conveyor_server.engine.pipeline  # the engine, as the server imports it
-from conveyor_server.engine.behaviour.measure import measure
+from conveyor_server.engine.identity.behaviour.measure import measure
 probe = measure().seconds if {probe} else 0.0
 print(json.dumps({{"probe": probe, "total": time.perf_counter() - t0}}))
 """

@@ -52,7 +52,7 @@ from bench._shared import (
 )
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 
 FAR = 10**6
 #: Restores per run for one figure (their median): a restore is ~0.1 s, mostly listing the

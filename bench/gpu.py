@@ -41,7 +41,7 @@ from bench._shared import Server, machine, make_dataset, median, parse_args, spr
 from conveyor import fn, pipeline_def, types
 from conveyor.errors import ConveyorError
 from conveyor_server import Pipeline
-from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.device.devices import cuda_device_count
 
 TARGET = 19_000
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
               "extra is not installed): nothing was measured", file=sys.stderr)
         return 2
     print(machine())
-    from conveyor_server.engine.gpu_path import gpu_path
+    from conveyor_server.engine.identity.gpu_path import gpu_path
 
     print(f"GPU: {gpu_path(0).describe()}")
     data = make_dataset(args.data, args.images)

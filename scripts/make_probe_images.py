@@ -1,4 +1,4 @@
-"""Write the decoder's canonical probe images (``engine/behaviour/probe_images``).
+"""Write the decoder's canonical probe images (``engine/ops/probes/probe_images``).
 
 Run once; the files are committed, so every server probes the same bytes. Each file is
 small (an odd-sized 37 x 29 picture: partial JPEG blocks and SIMD tails) and takes one of
@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-OUT = Path(__file__).resolve().parents[1] / "server/conveyor_server/engine/behaviour/probe_images"
+OUT = Path(__file__).resolve().parents[1] / "server/conveyor_server/engine/ops/probes/probe_images"
 H, W = 29, 37
 
 

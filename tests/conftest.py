@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.device.devices import cuda_device_count
 from conveyor_server.store.redis_process import RedisProcess
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ import cv2
 import numpy as np
 
 from conveyor_server.engine import catalog
-from conveyor_server.engine.cuda import plans
-from conveyor_server.engine.cuda.ops import PLANNERS
 from conveyor_server.engine.ops.args import Targs
+from conveyor_server.engine.ops.cuda import plans
+from conveyor_server.engine.ops.cuda.ops import PLANNERS
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from tests.images import make_image
 from tests.op_helpers import op_context

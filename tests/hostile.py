@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from conveyor.channel import SERVICE_NAME
 from conveyor.schema import SCHEMAS, Arg
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2, service_pb2
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.service.registration import CONVEYOR
 
 #: Every method of the service, and whether it streams.

@@ -12,14 +12,14 @@ from conveyor.errors import CheckpointMismatch
 from conveyor.schema import SCHEMAS
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine import checkpoint as ckpt
-from conveyor_server.engine.behaviour.measure import (
+from conveyor_server.engine.identity import checkpoint as ckpt
+from conveyor_server.engine.identity.behaviour.measure import (
     _context,
     measure,
     process_behaviour,
 )
-from conveyor_server.engine.behaviour.probe_set import OP_PROBES, SOURCE_PROBES
 from conveyor_server.engine.ops import registry
+from conveyor_server.engine.ops.probes.probe_set import OP_PROBES, SOURCE_PROBES
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 
@@ -126,7 +126,7 @@ def test_the_seed_pipelines_checkpoint_stays_under_1_kib(data: Path) -> None:
 
 def test_probe_inputs_are_the_same_bits_everywhere() -> None:
     """The synthetic inputs come from integer arithmetic: pin a few of them."""
-    from conveyor_server.engine.behaviour.inputs import image, probe_files
+    from conveyor_server.engine.ops.probes.inputs import image, probe_files
 
     assert image(7, 5, 3)[3, 2].tolist() == image(7, 5, 3)[3, 2].tolist()
     first = image(29, 37, 3)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conveyor_server.engine.behaviour.reference import measure_in, reference_environment
+from conveyor_server.engine.identity.behaviour.reference import measure_in, reference_environment
 
 GOLDEN = Path(__file__).parent / "golden" / "behaviour.json"
 

@@ -27,8 +27,8 @@ from conveyor.errors import CheckpointMismatch
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
-from conveyor_server.engine.behaviour.measure import process_behaviour
-from conveyor_server.engine.checkpoint import open_blob
+from conveyor_server.engine.identity.behaviour.measure import process_behaviour
+from conveyor_server.engine.identity.checkpoint import open_blob
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = FIXTURES / "before_rooms"

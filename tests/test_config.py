@@ -33,7 +33,7 @@ from conveyor_server.demo.launch import (
     stop_server,
 )
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.store.connect import connect
 from conveyor_server.store.redis_process import RedisProcess
 from tests.certs import CertificateAuthority

@@ -1,5 +1,5 @@
 """OpenCV's CPU paths, chosen when the engine loads: by default an AVX-512 node computes
-every behaviour key as an AVX2 node does (``engine/cpu_paths.py``)."""
+every behaviour key as an AVX2 node does (``engine/identity/cpu_paths.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import os
 import pytest
 
 from conveyor.errors import InvalidArgument
-from conveyor_server.engine import cpu_paths
-from conveyor_server.engine.behaviour.reference import measure_in
-from conveyor_server.engine.cpu_paths import AVX2_PATHS, PATHS_VARIABLE, library_variables, pin
+from conveyor_server.engine.identity import cpu_paths
+from conveyor_server.engine.identity.behaviour.reference import measure_in
+from conveyor_server.engine.identity.cpu_paths import (
+    AVX2_PATHS,
+    PATHS_VARIABLE,
+    library_variables,
+    pin,
+)
 
 #: What an AVX2 node runs, as far as this CPU can be made to: OpenCV's and numpy's AVX-512
 #: dispatch off, IPP on its AVX2 build (the build an AVX2 CPU picks by itself).

@@ -11,7 +11,7 @@ import pytest
 
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
-from conveyor_server.engine.cuda import reference
+from conveyor_server.engine.ops.cuda import reference
 from tests.cuda_cases import CASES, Case, mixed_batch
 from tests.images import make_image_folder
 from tests.resume import assert_resume_exact
@@ -25,7 +25,7 @@ def _host(value: Any) -> np.ndarray:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
 def test_kernel_matches_its_reference(case: Case) -> None:
-    from conveyor_server.engine.cuda import launch
+    from conveyor_server.engine.ops.cuda import launch
 
     for seed in range(3):
         images = mixed_batch(seed=seed, count=7)

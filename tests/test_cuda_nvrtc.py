@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conveyor_server.engine.cuda import sources
+from conveyor_server.engine.ops.cuda import sources
 from tests import nvrtc
 
 ARCHES = ("compute_80", "compute_90")

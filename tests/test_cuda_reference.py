@@ -13,8 +13,8 @@ import pytest
 from conveyor import fn, pipeline_def
 from conveyor.errors import DeviceUnavailable, InvalidArgument, SpecError
 from conveyor_server import Pipeline
-from conveyor_server.engine.cuda import reference
-from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.device.devices import cuda_device_count
+from conveyor_server.engine.ops.cuda import reference
 from conveyor_server.engine.ops.registry import SampleFailed, build
 from tests.cuda_cases import CASES, Case, mixed_batch
 from tests.images import make_image_folder

@@ -12,9 +12,9 @@ import pytest
 from conveyor import errors, fn, pipeline_def, types
 from conveyor.errors import CheckpointMismatch, DataFileError
 from conveyor_server import Pipeline
-from conveyor_server.engine.data_identity import DataIdentity
-from conveyor_server.engine.file_list import FileEntry
-from conveyor_server.engine.listings import MemoryListings
+from conveyor_server.engine.data.file_list import FileEntry
+from conveyor_server.engine.data.identity import DataIdentity
+from conveyor_server.engine.data.listings import MemoryListings
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 from tests.test_service import Start, client

@@ -18,9 +18,9 @@ import pytest
 
 from conveyor import errors, fn, pipeline_def
 from conveyor_server import Pipeline
-from conveyor_server.engine.data_files import read_at_most
-from conveyor_server.engine.file_list import resolve
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.file_list import resolve
+from conveyor_server.engine.data.files import read_at_most
 from tests.images import make_image_folder
 
 SECRET = b"secret!" * 100

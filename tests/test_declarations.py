@@ -12,9 +12,9 @@ import pytest
 from conveyor import fn
 from conveyor.schema import SCHEMAS, OpSchema
 from conveyor_server.engine import catalog
-from conveyor_server.engine.behaviour.probe_set import OP_PROBES, SOURCE_PROBES
-from conveyor_server.engine.cuda.ops import PLANNERS
 from conveyor_server.engine.ops import registry
+from conveyor_server.engine.ops.cuda.ops import PLANNERS
+from conveyor_server.engine.ops.probes.probe_set import OP_PROBES, SOURCE_PROBES
 from conveyor_server.engine.readers.build import READERS
 from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
 from conveyor_server.engine.stages.random_ops import DRAWS

@@ -17,8 +17,8 @@ import pytest
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server import Pipeline
 from conveyor_server.app.decoder_caps import OPENCV_PIXELS, cap_decoders
-from conveyor_server.engine.image_header import read_size
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.ops.decode.image_header import read_size
 from tests.image_files import opencv
 from tests.images import make_image
 from tests.test_service import Start, client

@@ -23,9 +23,9 @@ from conveyor.errors import (
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server import Pipeline
 from conveyor_server.engine import catalog
-from conveyor_server.engine import checkpoint as ckpt
 from conveyor_server.engine import pipeline as pipeline_module
-from conveyor_server.engine.behaviour.measure import process_behaviour
+from conveyor_server.engine.identity import checkpoint as ckpt
+from conveyor_server.engine.identity.behaviour.measure import process_behaviour
 from conveyor_server.engine.ops import registry
 from tests.images import make_image_folder
 from tests.resume import assert_resume_exact, assert_same_stream, batch_bytes, run_batches

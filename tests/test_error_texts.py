@@ -11,7 +11,7 @@ import redis
 
 from conveyor import errors
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine.file_list import resolve
+from conveyor_server.engine.data.file_list import resolve
 from conveyor_server.store.ids import parse_checkpoint_id, written_by_a_server
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store

@@ -14,9 +14,9 @@ import pytest
 from conveyor import errors, fn, pipeline_def, types
 from conveyor.external_source import BatchInfo, SampleInfo
 from conveyor_server import Pipeline
-from conveyor_server.engine import checkpoint as ckpt
-from conveyor_server.engine.external_sources import ExternalSources
+from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.stages.random_ops import RandomStage
+from conveyor_server.engine.stages.source_callables import ExternalSources
 from tests import external_sources as es
 from tests.images import make_image_folder
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.errors import ConveyorError, DataFileError, PermissionDenied
-from conveyor_server.engine.file_list import (
+from conveyor_server.engine.data.file_list import (
     IMAGE_EXTENSIONS,
     FileEntry,
     check_inside_roots,

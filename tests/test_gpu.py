@@ -13,9 +13,9 @@ import pytest
 
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
-from conveyor_server.engine.devices import cuda_device_count
-from conveyor_server.engine.limits import NO_LIMITS
-from conveyor_server.engine.ops.nvimgcodec_batch import BatchDecoder, gpu_target
+from conveyor_server.engine.admission.limits import NO_LIMITS
+from conveyor_server.engine.device.devices import cuda_device_count
+from conveyor_server.engine.ops.decode.nvimgcodec_batch import BatchDecoder, gpu_target
 from tests.images import make_image_folder
 from tests.op_helpers import gradient, noise, pil_bytes
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches

@@ -11,9 +11,9 @@ import pytest
 from conveyor import fn, pipeline_def
 from conveyor.errors import EngineMismatch
 from conveyor.v1 import checkpoint_pb2
-from conveyor_server.engine import checkpoint as ckpt
-from conveyor_server.engine import engine_id
-from conveyor_server.engine.gpu_path import GpuPath, cuda_version, nvjpeg_version
+from conveyor_server.engine.identity import checkpoint as ckpt
+from conveyor_server.engine.identity import engine_id
+from conveyor_server.engine.identity.gpu_path import GpuPath, cuda_version, nvjpeg_version
 
 H100 = GpuPath("NVIDIA H100 80GB HBM3", "9.0", "570.86.15 (CUDA 12.8)", "12.6", "0.9.0",
                "12.4.0").describe("op 1: hw_gpu_only 0.65, gpu_only, hybrid_cpu_gpu, cpu_only")

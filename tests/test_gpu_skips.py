@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conveyor_server.engine.devices import cuda_device_count
+from conveyor_server.engine.device.devices import cuda_device_count
 from tests import test_gpu
 
 

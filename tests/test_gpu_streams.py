@@ -1,4 +1,4 @@
-"""Which stream GPU work runs on and what orders the copies out (``engine/cuda/streams.py``,
+"""Which stream GPU work runs on and what orders the copies out (``engine/device/streams.py``,
 ``engine/gpu_staging.py``). The wrapping of a decoded image's memory is checked here on
 the CPU; the stream checks need a CUDA device (skipped where there is none)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from numpy.lib.array_utils import byte_bounds
 
-from conveyor_server.engine.ops.nvimgcodec_batch import byte_extent
+from conveyor_server.engine.ops.decode.nvimgcodec_batch import byte_extent
 
 
 def _span(view: np.ndarray[Any, Any]) -> int:
@@ -52,7 +52,8 @@ extern "C" __global__ void late_fill(unsigned char* out, int n, long long cycles
 def test_gpu_work_runs_on_the_devices_non_blocking_compute_stream() -> None:
     import cupy
 
-    from conveyor_server.engine.cuda import launch, streams
+    from conveyor_server.engine.device import streams
+    from conveyor_server.engine.ops.cuda import launch
 
     stream = streams.compute_stream(0)
     assert stream is streams.compute_stream(0) and stream.is_non_blocking
@@ -70,7 +71,7 @@ def test_a_batchs_copies_wait_for_the_work_that_computed_it() -> None:
     fence records."""
     import cupy
 
-    from conveyor_server.engine.cuda import streams
+    from conveyor_server.engine.device import streams
     from conveyor_server.engine.gpu_staging import CudaCopier
 
     size = 1 << 16

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from conveyor.channel import SERVING, health_status
 from conveyor.v1 import checkpoint_pb2, service_pb2
 from conveyor_server import Pipeline
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 from tests.hostile import FORBIDDEN, METHODS, call, raw_bodies, requests, specs
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess

@@ -17,8 +17,8 @@ import pytest
 
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server import Pipeline
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.ops.decode import decode_image
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.ops.decode.decode import decode_image
 from tests.image_files import (
     REAL,
     bmp_bomb,

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from conveyor.errors import ConveyorError, DataFileError
-from conveyor_server.engine.image_header import ImageSize, read_size
+from conveyor_server.engine.ops.decode.image_header import ImageSize, read_size
 from tests.image_files import REAL, H, W, gif_frame_past_screen, pixels
 
 FORMAT_OF = {"jpeg": "JPEG", "png": "PNG", "webp": "WebP", "tiff": "TIFF", "bmp": "BMP",

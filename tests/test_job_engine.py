@@ -12,7 +12,7 @@ import pytest
 from conveyor import fn, pipeline_def
 from conveyor.errors import InvalidArgument
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.job_share import Share
 from conveyor_server.engine.pipeline import Pipeline
 from tests.resume import batch_bytes

@@ -20,11 +20,11 @@ import pytest
 from PIL import Image
 
 from conveyor import fn, pipeline_def
-from conveyor_server.engine import engine_id
-from conveyor_server.engine.ops import jpeg_region
-from conveyor_server.engine.ops.decode import decode_image
-from conveyor_server.engine.ops.nvimgcodec_batch import nvimgcodec_version
-from conveyor_server.engine.ops.random_window import Window
+from conveyor_server.engine.identity import engine_id
+from conveyor_server.engine.ops.decode import jpeg_region
+from conveyor_server.engine.ops.decode.decode import decode_image
+from conveyor_server.engine.ops.decode.nvimgcodec_batch import nvimgcodec_version
+from conveyor_server.engine.ops.geometry.random_window import Window
 from tests.op_helpers import gradient, noise, pil_bytes
 
 pytest.importorskip("nvidia.nvimgcodec")
@@ -165,8 +165,8 @@ import numpy as np
 if sys.argv[1] == "without":
     sys.modules["nvidia.nvimgcodec"] = None  # import fails: as where it is not installed
 from conveyor import fn, pipeline_def
-from conveyor_server.engine import engine_id
-from conveyor_server.engine.ops import jpeg_region
+from conveyor_server.engine.identity import engine_id
+from conveyor_server.engine.ops.decode import jpeg_region
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 from tests.op_helpers import build
 files = [np.frombuffer(bytes.fromhex(h), np.uint8) for h in json.loads(sys.stdin.read())]

@@ -15,7 +15,7 @@ from conveyor import errors
 from conveyor.wire import encode_frames
 from conveyor_server import Pipeline, __version__
 from conveyor_server.app.metrics import engine_labels
-from conveyor_server.engine.behaviour.measure import process_behaviour
+from conveyor_server.engine.identity.behaviour.measure import process_behaviour
 from tests.images import make_image_folder
 from tests.resume import batch_bytes, run_batches
 from tests.servers import ServerProcess

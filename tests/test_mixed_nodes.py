@@ -12,8 +12,8 @@ import pytest
 
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server.demo.run import rotate_pipeline
-from conveyor_server.engine.behaviour.measure import key_of, process_behaviour
-from conveyor_server.engine.behaviour.reference import measure_in, reference_environment
+from conveyor_server.engine.identity.behaviour.measure import key_of, process_behaviour
+from conveyor_server.engine.identity.behaviour.reference import measure_in, reference_environment
 from tests.resume import batch_bytes, run_batches
 from tests.test_service import Start, client
 

@@ -10,7 +10,8 @@ import pytest
 
 from conveyor import types
 from conveyor.normalization import folded_coefficients
-from conveyor_server.engine.ops import normalize, normalize_table, registry
+from conveyor_server.engine.ops import registry
+from conveyor_server.engine.ops.normalize import normalize, normalize_table
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, SampleOp
 from tests.op_helpers import op_context
 

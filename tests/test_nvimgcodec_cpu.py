@@ -21,12 +21,13 @@ from conveyor import fn, pipeline_def, types
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
 from conveyor_server import Pipeline
 from conveyor_server.engine import catalog
-from conveyor_server.engine.behaviour.measure import process_behaviour
-from conveyor_server.engine.devices import cuda_device_count
-from conveyor_server.engine.limits import NO_LIMITS
-from conveyor_server.engine.ops import decode_mixed, registry
-from conveyor_server.engine.ops.decode import decode_image
-from conveyor_server.engine.ops.nvimgcodec_batch import (
+from conveyor_server.engine.admission.limits import NO_LIMITS
+from conveyor_server.engine.device.devices import cuda_device_count
+from conveyor_server.engine.identity.behaviour.measure import process_behaviour
+from conveyor_server.engine.ops import registry
+from conveyor_server.engine.ops.decode import decode_mixed
+from conveyor_server.engine.ops.decode.decode import decode_image
+from conveyor_server.engine.ops.decode.nvimgcodec_batch import (
     CPU_TARGET,
     BatchDecoder,
     backend_plan,

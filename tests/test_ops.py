@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor_server.engine.ops import normalize, rotate
+from conveyor_server.engine.ops.geometry import rotate
+from conveyor_server.engine.ops.normalize import normalize
 from conveyor_server.engine.ops.registry import (
     SampleOp,
     builder_for,

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument
-from conveyor_server.engine.devices import cuda_device_count
-from conveyor_server.engine.ops import decode, jpeg_fast
+from conveyor_server.engine.device.devices import cuda_device_count
+from conveyor_server.engine.ops.decode import decode, jpeg_fast
 from conveyor_server.engine.ops.registry import BATCH, builder_for
 from tests.op_helpers import build, gradient, mean_abs_diff, noise, op_context, pil_bytes, run
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conveyor.errors import InvalidArgument, ResourceExhausted, SpecError
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.ops.decode import decode_image
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.ops.decode.decode import decode_image
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, builder_for
 from tests.op_helpers import gradient, noise, op_context, pil_bytes
 

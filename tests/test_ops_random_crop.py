@@ -14,7 +14,7 @@ from PIL import Image
 
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor_server.engine import keyed_random
-from conveyor_server.engine.ops.decode import decode_image
+from conveyor_server.engine.ops.decode.decode import decode_image
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX, OpContext, SampleOp, builder_for
 from tests.op_helpers import gradient, noise, op_context, pil_bytes
 

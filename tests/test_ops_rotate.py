@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor_server.engine.ops import rotate
+from conveyor_server.engine.ops.geometry import rotate
 from tests.op_helpers import build, noise, run
 
 

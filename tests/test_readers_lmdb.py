@@ -21,8 +21,8 @@ from conveyor.errors import (
 )
 from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.listings import MemoryListings
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.listings import MemoryListings
 from conveyor_server.engine.readers.formats import caffe_pb2
 from tests.lmdb_data import (
     additional_values,

@@ -23,9 +23,9 @@ from conveyor.errors import (
     SpecError,
 )
 from conveyor_server import Pipeline
-from conveyor_server.engine.data_roots import DataRoots
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.listings import MemoryListings
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.listings import MemoryListings
+from conveyor_server.engine.data.roots import DataRoots
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.readers.numpy_reader import OP

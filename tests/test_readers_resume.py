@@ -11,7 +11,7 @@ import pytest
 
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 from tests.lmdb_data import make_caffe, make_caffe2
 from tests.reader_data import make_npy_folder, make_shards
 from tests.resume import assert_resume_exact, assert_same_stream, run_batches

@@ -19,8 +19,8 @@ from conveyor.errors import (
     SpecError,
 )
 from conveyor_server import Pipeline
-from conveyor_server.engine.limits import EngineLimits
-from conveyor_server.engine.listings import MemoryListings
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.listings import MemoryListings
 from tests.reader_data import add_member, make_shards, sample_members, write_index
 from tests.resume import batch_bytes, run_batches
 

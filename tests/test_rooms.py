@@ -70,3 +70,76 @@ def test_each_room_says_what_it_holds_and_may_import() -> None:
         doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text()))
         assert doc and "imports:" in doc.lower(), \
             f"{room}/__init__.py needs a docstring saying what it holds and what it may import"
+
+
+# -- the engine's rooms ----------------------------------------------------------------------
+
+ENGINE = PACKAGE / "engine"
+#: The engine's rooms and the rooms each may import. Every room may also import the two
+#: foundations at the engine's top (``FOUNDATIONS``); the run loop at the top imports all.
+ENGINE_ALLOWED: dict[str, set[str]] = {
+    "admission": set(),
+    "device": set(),
+    "data": {"admission"},
+    "ops": {"admission", "device"},
+    "stages": {"ops"},
+    "readers": {"admission", "data", "ops", "stages"},
+    "identity": {"ops", "device"},
+}
+FOUNDATIONS = {"keyed_random", "catalog"}
+#: The run loop: the modules at the engine's top, foundations included.
+RUN_LOOP = {"batch_work", "catalog", "gpu_staging", "job_share", "keyed_random", "pipeline",
+            "plan", "segments", "staging"}
+
+
+def engine_imports(path: Path) -> dict[str, int]:
+    """The engine rooms and top-level modules a module imports -> a line doing so."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["conveyor_server", "engine"] and len(parts) > 2:
+                found.setdefault(parts[2], node.lineno)
+    return found
+
+
+def test_the_engine_top_holds_the_run_loop_and_the_rooms() -> None:
+    modules = {p.stem for p in ENGINE.glob("*.py")} - {"__init__"}
+    rooms = {p.parent.name for p in ENGINE.glob("*/__init__.py")}
+    assert modules == RUN_LOOP
+    assert rooms == set(ENGINE_ALLOWED)
+
+
+@pytest.mark.parametrize("room", sorted(ENGINE_ALLOWED))
+def test_each_engine_room_imports_only_what_it_declares(room: str) -> None:
+    allowed = ENGINE_ALLOWED[room] | FOUNDATIONS | {room}
+    wrong = [f"engine/{m.relative_to(ENGINE)}:{line} imports engine/{other}"
+             for m in sorted((ENGINE / room).rglob("*.py"))
+             for other, line in engine_imports(m).items() if other not in allowed]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("room", sorted(ENGINE_ALLOWED))
+def test_each_engine_room_says_what_it_holds_and_may_import(room: str) -> None:
+    doc = ast.get_docstring(ast.parse((ENGINE / room / "__init__.py").read_text())) or ""
+    assert "Imports:" in doc, f"engine/{room}/__init__.py: say what it may import"
+    said = doc[doc.index("Imports:"):]
+    for other in ENGINE_ALLOWED[room]:
+        assert f"``{other}``" in said, f"engine/{room}/__init__.py: its Imports: omits {other}"
+    unsaid = {r for r in ENGINE_ALLOWED if f"``{r}``" in said} - ENGINE_ALLOWED[room]
+    assert not unsaid, f"engine/{room}/__init__.py names rooms it may not import: {unsaid}"
+    assert len(doc.split("Imports:")[0].split()) > 10, f"engine/{room}: say what it holds"
+
+
+def test_the_engine_room_check_sees_what_a_module_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from conveyor_server.engine import keyed_random\n"
+                      "def f():\n    from conveyor_server.engine.data.roots import DataRoots\n"
+                      "import conveyor_server.engine.ops.registry\n")
+    assert engine_imports(module) == {"keyed_random": 1, "data": 3, "ops": 4}

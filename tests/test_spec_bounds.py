@@ -16,8 +16,8 @@ from conveyor import errors, fn, pipeline_def
 from conveyor.schema import encode_arg
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor_server import Pipeline
-from conveyor_server.engine import checkpoint as ckpt
-from conveyor_server.engine.limits import EngineLimits, SpecBounds
+from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds
+from conveyor_server.engine.identity import checkpoint as ckpt
 from tests.servers import ServerProcess
 from tests.test_service import DEADLINE, Start, client
 

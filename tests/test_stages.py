@@ -13,9 +13,9 @@ from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import catalog
-from conveyor_server.engine.data_files import DataFiles
-from conveyor_server.engine.data_roots import DataRoots
-from conveyor_server.engine.limits import NO_LIMITS
+from conveyor_server.engine.admission.limits import NO_LIMITS
+from conveyor_server.engine.data.files import DataFiles
+from conveyor_server.engine.data.roots import DataRoots
 from conveyor_server.engine.readers.build import ReaderRequest, build_reader
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.external_source import ExternalSourceStage, SourceSample

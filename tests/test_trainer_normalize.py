@@ -89,8 +89,8 @@ def test_random_windows_channels_and_arguments_match_the_servers_arithmetic() ->
     bytes are those of the server's per-sample and per-batch code."""
     from conveyor.normalization import folded_coefficients, next_pow2
     from conveyor_server.engine.ops.args import per_channel
-    from conveyor_server.engine.ops.normalize import normalize
-    from conveyor_server.engine.ops.normalize_batch import normalize_batch
+    from conveyor_server.engine.ops.normalize.normalize import normalize
+    from conveyor_server.engine.ops.normalize.normalize_batch import normalize_batch
 
     rng = np.random.default_rng(7)
     for trial in range(400):

@@ -1,7 +1,7 @@
 """The operators' output-size rules: where an operator's constant arguments fix the shape
 of its output (a crop window, a resize to a given size, a random draw's shape), the rule
 gives it, so that a server refuses a spec whose outputs are over its limits before a byte
-of them is allocated (``engine/spec_bounds.py``). A schema names its rule
+of them is allocated (``engine/admission/spec_bounds.py``). A schema names its rule
 (``OpSchema.fixed_output``); an operator without one has outputs sized by its data.
 """
 

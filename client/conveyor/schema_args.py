@@ -5,7 +5,7 @@ from these (``reader_schemas.py`` holds some of them) and validates arguments ag
 A schema is an operator's one declaration: its arguments and their flags (``path``,
 ``extent``, ``unbounded``, ``tensor``), the devices it runs on and the rule fixing its
 output's size (``output_sizes.py``). ``fn`` makes its call from it, a server bounds specs
-by it (``engine/spec_bounds.py``), registers its builders, GPU planners and behaviour
+by it (``engine/admission/spec_bounds.py``), registers its builders, GPU planners and behaviour
 probes under its name, and the operator reference is generated from it.
 """
 

@@ -51,7 +51,7 @@ class LimitsConfig:
     max_image_pixels: int = field(default=100_000_000, metadata={"min": 1})
     #: Bytes of one data file; a larger one is refused before it is read.
     max_file_bytes: int = field(default=256 << 20, metadata={"min": 1})
-    #: Bounds on each spec a client sends (engine/spec_bounds.py), checked before anything
+    #: Bounds on each spec a client sends (engine/admission/spec_bounds.py), checked before anything
     #: is built from it; the height or width of any image an operator makes or is asked for.
     max_batch_size: int = field(default=4096, metadata={"min": 1})
     max_threads: int = field(default=64, metadata={"min": 1, "max": 1024})

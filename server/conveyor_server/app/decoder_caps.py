@@ -1,7 +1,7 @@
 """The decoders' own pixel caps, lowered to the server's ``limits.max_image_pixels``.
 
 The engine refuses an image from its header before decoding it, in the formats its header
-parser reads (``engine/image_header.py``). OpenCV decodes more (Radiance HDR, Sun raster,
+parser reads (``engine/ops/decode/image_header.py``). OpenCV decodes more (Radiance HDR, Sun raster,
 AVIF, JPEG 2000, ...); its own check, made from the header before it allocates, is the
 guard for those. OpenCV reads that cap from ``OPENCV_IO_MAX_IMAGE_PIXELS`` once, when the
 library loads (its default is 2^30 pixels), so the server sets the variable before anything

@@ -33,8 +33,8 @@ from conveyor_server.app.security import (
     check_security,
 )
 from conveyor_server.app.startup import load_spec, start_pipelines
-from conveyor_server.engine.external_sources import ExternalSources
-from conveyor_server.engine.limits import EngineLimits, SpecBounds
+from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds
+from conveyor_server.engine.stages.source_callables import ExternalSources
 from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.store.connect import connect
 from conveyor_server.store.owner_lock import DirectoryInUse
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(cfg.log.level, cfg.log.format)
         cap_decoders(cfg.limits.max_image_pixels)  # before OpenCV loads, with these:
         from conveyor_server.app.metrics import Metrics, serve_metrics
-        from conveyor_server.engine.behaviour.measure import measure
+        from conveyor_server.engine.identity.behaviour.measure import measure
         from conveyor_server.service.lifecycle import Runtime
         from conveyor_server.service.server import create_server, serve_health
 

@@ -24,8 +24,8 @@ from prometheus_client.exposition import start_http_server
 from conveyor.channel import host_port
 from conveyor_server import __version__
 from conveyor_server.engine import keyed_random
-from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
-from conveyor_server.engine.engine_id import OUTPUT_VERSION
+from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
+from conveyor_server.engine.identity.engine_id import OUTPUT_VERSION
 
 #: Seconds, from a fraction of a millisecond (a checkpoint of an idle pipeline) to seconds
 #: (a batch of large images, a restore that lists a big data set).

@@ -18,7 +18,6 @@ import pkgutil
 #: The packages whose modules register operators, readers, planners and probes.
 PACKAGES = (
     "conveyor_server.engine.ops",
-    "conveyor_server.engine.cuda",
     "conveyor_server.engine.readers",
     "conveyor_server.engine.stages",
 )
@@ -26,12 +25,13 @@ PACKAGES = (
 
 @functools.cache
 def load() -> tuple[str, ...]:
-    """Import every module of ``PACKAGES`` (once); the names of those imported."""
+    """Import every module of ``PACKAGES`` and of their subpackages (once); the names of
+    those imported."""
     names: list[str] = []
     for package_name in PACKAGES:
         package = importlib.import_module(package_name)
-        for module in pkgutil.iter_modules(package.__path__, prefix=f"{package_name}."):
+        for module in pkgutil.walk_packages(package.__path__, prefix=f"{package_name}."):
+            importlib.import_module(module.name)
             if not module.ispkg:
-                importlib.import_module(module.name)
                 names.append(module.name)
     return tuple(names)

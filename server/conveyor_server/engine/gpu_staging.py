@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor_server.engine.output_ring import OutputRing
+from conveyor_server.engine.device.output_ring import OutputRing
 from conveyor_server.engine.plan import Plan, Ref, SampleSegment
 from conveyor_server.engine.staging import BatchStager
 
@@ -52,7 +52,7 @@ class CudaCopier:
     def __init__(self, device_id: int) -> None:
         import cupy
 
-        from conveyor_server.engine.cuda import streams
+        from conveyor_server.engine.device import streams
 
         self._cupy = cupy
         self._device_id = max(device_id, 0)

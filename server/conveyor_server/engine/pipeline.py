@@ -28,19 +28,19 @@ from conveyor.errors import (
 )
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.batch_work import BatchWork
-from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
-from conveyor_server.engine.engine_id import engine_id
-from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
+from conveyor_server.engine.data.listings import ListingArchive, first_change, keep_listings
 from conveyor_server.engine.gpu_staging import copy_out, output_stager
+from conveyor_server.engine.identity import checkpoint as ckpt
+from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
+from conveyor_server.engine.identity.engine_id import engine_id
 from conveyor_server.engine.job_share import Share, place_stages
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
-from conveyor_server.engine.listings import ListingArchive, first_change, keep_listings
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.stages import MAX_SAMPLES
+from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
 from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
 Batch = tuple[TensorList, ...]

@@ -18,12 +18,13 @@ from pathlib import Path
 from conveyor import schema
 from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
-from conveyor_server.engine import catalog, file_list
-from conveyor_server.engine.data_files import DataFiles
-from conveyor_server.engine.data_identity import DataIdentity
-from conveyor_server.engine.data_roots import DataRoots
-from conveyor_server.engine.external_sources import IN_PROCESS, ExternalSources
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine import catalog
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.admission.spec_bounds import check_spec
+from conveyor_server.engine.data import file_list
+from conveyor_server.engine.data.files import DataFiles
+from conveyor_server.engine.data.identity import DataIdentity
+from conveyor_server.engine.data.roots import DataRoots
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
 from conveyor_server.engine.readers.build import (
@@ -33,12 +34,12 @@ from conveyor_server.engine.readers.build import (
     build_reader,
 )
 from conveyor_server.engine.readers.identity import ReaderIdentity
-from conveyor_server.engine.spec_bounds import check_spec
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
 from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
+from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
 
 # Every operator, reader and GPU planner registers itself as its module is imported.
 catalog.load()

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from conveyor_server.engine.batch_work import BatchWork
-from conveyor_server.engine.output_ring import OutputRing, Slot
+from conveyor_server.engine.device.output_ring import OutputRing, Slot
 from conveyor_server.engine.segments import SampleState
 
 ALIGN = 64

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from conveyor.errors import ConveyorError, FailedPrecondition, NotFound, Unavailable
 from conveyor.v1 import service_pb2
-from conveyor_server.engine import checkpoint as ckpt
+from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.store.records import Owner
 from conveyor_server.store.store import Store

@@ -28,12 +28,12 @@ from conveyor.errors import (
     SpecMismatch,
 )
 from conveyor.v1 import pipeline_pb2, service_pb2
-from conveyor_server.engine import checkpoint as ckpt
-from conveyor_server.engine.behaviour.measure import Behaviour, process_behaviour
-from conveyor_server.engine.external_sources import NONE_REGISTERED, ExternalSources
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.identity import checkpoint as ckpt
+from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.job_share import Share
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, ExternalSources
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.access import Access
 from conveyor_server.service.checkpoints import CheckpointWriter

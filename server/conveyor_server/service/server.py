@@ -30,9 +30,9 @@ from conveyor.channel import (
     SERVICE_NAME,
     server_keepalive,
 )
-from conveyor_server.engine.behaviour.measure import Behaviour
-from conveyor_server.engine.external_sources import NONE_REGISTERED, ExternalSources
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.identity.behaviour.measure import Behaviour
+from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, ExternalSources
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.interceptors import Authentication, RpcMetrics

@@ -34,7 +34,7 @@ registered for (``devices``, "cpu" unless told): ``@register("decoders.image", p
 devices=("mixed", "gpu"))`` is the form a ``device="mixed"`` decoder is built in, while
 the CPU decoder stays per sample. A ``BatchOp`` on a GPU takes and returns device batches:
 a list of CuPy arrays, HWC, one per sample, on the pipeline's ``device_id``, enqueued on
-the device's compute stream (``engine/cuda/streams.py``; ``engine/gpu_staging.py`` copies
+the device's compute stream (``engine/device/streams.py``; ``engine/gpu_staging.py`` copies
 them out). ``fn`` must be
 pure: same inputs, same outputs, on any thread. Operators that keep state are not
 registered here: they are source stages (see ``conveyor_server.engine.stages``); their
@@ -56,7 +56,7 @@ from typing import Any, ClassVar, Final, Literal
 import numpy as np
 
 from conveyor.schema import SCHEMAS
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 
 SAMPLE: Final = "sample"
 BATCH: Final = "batch"

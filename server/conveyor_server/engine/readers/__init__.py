@@ -12,4 +12,7 @@ replay.
 its builder there (``@register_reader``) and its behaviour probe: ``file.py``,
 ``numpy_reader.py`` (with ``npy_format.py``), ``webdataset.py`` (with ``tar_index.py``) and
 ``caffe.py`` (with ``lmdb_records.py``).
+
+Imports: ``admission``, ``data`` (roots, files, identity), ``stages`` (the file reader's
+order) and ``ops`` (the probe contract).
 """

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from conveyor.schema import SCHEMAS
-from conveyor_server.engine.data_files import DataFiles
-from conveyor_server.engine.data_identity import DataIdentity
-from conveyor_server.engine.data_roots import DataRoots
-from conveyor_server.engine.file_list import FileEntry
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.file_list import FileEntry
+from conveyor_server.engine.data.files import DataFiles
+from conveyor_server.engine.data.identity import DataIdentity
+from conveyor_server.engine.data.roots import DataRoots
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.stages.file_reader import FileReaderStage
 
@@ -101,3 +101,14 @@ def reader_stage(request: ReaderRequest, count: int, unit: str = "files") -> Fil
         shuffle_after_epoch=args.get("shuffle_after_epoch", False),
         shuffle_after_epoch_seed=args.get("shuffle_after_epoch_seed", 0),
         op_type=request.op_type, unit=unit)
+
+
+def reader_orders(op_type: str) -> list[np.ndarray]:
+    """A reader's sample orders under shuffling, sharding and padding, for its behaviour
+    probe (every reader orders its samples with the file reader's stage)."""
+    out: list[np.ndarray] = []
+    for n, options in ((9, {"random_shuffle": True}),
+                       (100, {"num_shards": 3, "shard_id": 2, "pad_last_batch": True})):
+        stage = FileReaderStage(5, n, batch_size=4, seed=0x5EED, op_type=op_type, **options)
+        out += [stage.order(epoch) for epoch in range(2)]
+    return out

@@ -39,12 +39,12 @@ from conveyor.reader_schemas import (
     NO_LABEL,
     SINGLE_LABEL,
 )
-from conveyor_server.engine.behaviour.inputs import reader_orders
-from conveyor_server.engine.behaviour.probe_set import source_probe
-from conveyor_server.engine.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers.build import (
     Reader,
     ReaderRequest,
+    reader_orders,
     reader_stage,
     register_reader,
 )
@@ -245,7 +245,7 @@ def build_lmdb_reader(request: ReaderRequest) -> Reader:
                   LmdbSource(op_type, records, parse), identity, identity.count)
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 def _pixels(shape: tuple[int, ...]) -> bytes:

@@ -1,6 +1,6 @@
 """Where a reader's files are, how they are opened, and how messages name them.
 
-Built on ``engine/data_roots.py``: when the pipeline is built every path is resolved
+Built on ``engine/data/roots.py``: when the pipeline is built every path is resolved
 (``..`` and symlinks) and checked against the data roots, and each file keeps the root it
 lies beneath and its real path relative to that root; at run time it is opened beneath
 that root, one component at a time without following symlinks (``DataRoots.open``), so a
@@ -17,7 +17,8 @@ import stat
 from dataclasses import dataclass
 
 from conveyor.errors import DataFileError, InvalidArgument
-from conveyor_server.engine.data_roots import (
+from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.data.roots import (
     DataRoots,
     RealPaths,
     not_a_folder,
@@ -25,7 +26,6 @@ from conveyor_server.engine.data_roots import (
     root_label,
     swapped_link,
 )
-from conveyor_server.engine.file_list import unfit_name
 
 log = logging.getLogger("conveyor.engine")
 

@@ -1,6 +1,6 @@
 """``readers.file``: files listed by ``file_root`` (one folder per label), ``file_list`` or
-``files`` (``engine/file_list.py``), each sample a file's bytes and its label. Its
-identity digests the listing (``engine/data_identity.py``)."""
+``files`` (``engine/data/file_list.py``), each sample a file's bytes and its label. Its
+identity digests the listing (``engine/data/identity.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from conveyor_server.engine import file_list
-from conveyor_server.engine.behaviour.probe_set import source_probe
-from conveyor_server.engine.data_identity import DataIdentity
+from conveyor_server.engine.data import file_list
+from conveyor_server.engine.data.identity import DataIdentity
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers.build import (
     Reader,
     ReaderRequest,
@@ -30,7 +30,7 @@ def build_file_reader(request: ReaderRequest) -> Reader:
                   entries)
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 @source_probe("readers.file")

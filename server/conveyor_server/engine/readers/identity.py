@@ -1,6 +1,6 @@
 """The identity of a reader's data set, so that a restore over changed data is refused.
 
-As ``engine/data_identity.py`` does for ``readers.file``: one line per file (a ``.npy``
+As ``engine/data/identity.py`` does for ``readers.file``: one line per file (a ``.npy``
 file, a tar shard) holds its path as the spec spells it, its size, by ``verify`` its
 modification time (``metadata``) or the SHA-256 of its contents (``content``), and what
 the reader derived from it when the pipeline was built (a shard's member index: names,
@@ -15,7 +15,7 @@ import hashlib
 import zlib
 from collections.abc import Iterator, Sequence
 
-from conveyor_server.engine.data_files import sha256_of
+from conveyor_server.engine.data.files import sha256_of
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 
 VERIFY_CONTENT = "content"

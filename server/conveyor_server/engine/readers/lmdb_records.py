@@ -47,8 +47,8 @@ import lmdb
 import numpy as np
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
-from conveyor_server.engine.file_list import unfit_name
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.file_list import unfit_name
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 
 #: Read transactions one environment may have at once (LMDB's default; without the lock

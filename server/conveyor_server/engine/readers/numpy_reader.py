@@ -28,14 +28,14 @@ import numpy as np
 from numpy.lib import format as npy
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
-from conveyor_server.engine.behaviour.inputs import reader_orders
-from conveyor_server.engine.behaviour.probe_set import source_probe
-from conveyor_server.engine.file_list import unfit_name
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers import npy_format
 from conveyor_server.engine.readers.build import (
     Reader,
     ReaderRequest,
+    reader_orders,
     reader_stage,
     register_reader,
 )
@@ -138,7 +138,7 @@ def build_numpy_reader(request: ReaderRequest) -> Reader:
                   NumpySource(files, paths, request.limits), identity, identity.count)
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 def _npy_bytes(array: np.ndarray, fortran: bool) -> bytes:

@@ -37,14 +37,14 @@ from typing import Any
 import numpy as np
 
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
-from conveyor_server.engine.behaviour.inputs import reader_orders
-from conveyor_server.engine.behaviour.probe_set import source_probe
-from conveyor_server.engine.file_list import unfit_name
-from conveyor_server.engine.limits import EngineLimits
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers import tar_index
 from conveyor_server.engine.readers.build import (
     Reader,
     ReaderRequest,
+    reader_orders,
     reader_stage,
     register_reader,
 )
@@ -255,7 +255,7 @@ def build_webdataset_reader(request: ReaderRequest) -> Reader:
                   WebdatasetSource(index, paths, request.limits), identity, identity.count)
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 def _tar() -> bytes:

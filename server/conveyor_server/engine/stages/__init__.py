@@ -1,4 +1,6 @@
-"""Source stages: the stateful operators (readers, random number generators).
+"""Source stages: the stateful operators (the file reader's order, random number
+generators, external sources, and which callables an external source may name:
+``source_callables.py``).
 
 Every stage follows one contract, so one save/restore property test covers them all:
 
@@ -12,6 +14,8 @@ Every stage follows one contract, so one save/restore property test covers them 
 Positions count samples from the pipeline's start up to ``MAX_SAMPLES``, far beyond any
 training run and within the 64 bits that states and keyed draws hold; a stored state past
 it is corrupt.
+
+Imports: ``ops`` (the probe contract) and the foundation ``keyed_random``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import numpy as np
 from conveyor.errors import CorruptCheckpoint, ExternalSourceError, SpecError
 from conveyor.external_source import BatchInfo, SampleInfo, Source
 from conveyor.v1 import checkpoint_pb2
-from conveyor_server.engine.behaviour.probe_set import source_probe
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
 
 OP = "external_source"
@@ -299,7 +299,7 @@ class ExternalSourceStage:
                                    f"{what}", source=self.name)
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 _PROBE_BATCH = 4

@@ -15,7 +15,7 @@ from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.schema import schema_of
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine import keyed_random
-from conveyor_server.engine.behaviour.probe_set import source_probe
+from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
 
 STATE_SAMPLE_INDEX = "sample_index"
@@ -118,7 +118,7 @@ class RandomStage:
         return [values[i].copy() for i in range(self.batch_size)]
 
 
-# -- behaviour probe (engine/behaviour/) ------------------------------------------------
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
 def _draws(op_type: str, args: Mapping[str, Any]) -> list[np.ndarray]:

@@ -1,0 +1,10 @@
+"""Data: the files pipelines read, and what a checkpoint knows of them.
+
+The data roots a server serves and resolving paths beneath them without following a link
+out (``roots.py``), reading files there (``files.py``), a reader's file list checked one
+entry at a time (``file_list.py``), the data set's identity digested into checkpoints
+(``identity.py``) and the store of listings by digest that names the first changed file
+on a refused restore (``listings.py``).
+
+Imports: ``admission`` (the file size limit).
+"""

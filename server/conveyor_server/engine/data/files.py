@@ -1,0 +1,134 @@
+"""Reading one sample's data file: beneath its data root, bounded, checked against the
+listing.
+
+A read opens the file beneath its root without following symlinks (``data_roots.py``),
+refuses a file above ``limits.max_file_bytes`` from its ``fstat`` before reading a byte,
+and reads at most the listed size + 1 bytes (and never more than the limit + 1), so a file
+that grows while it is read is still bounded; a size other than the listed one is
+DATA_LOSS (the data set changed under the pipeline). Errors name the file relative to its
+root (``<root 0>/cats/a.jpg``); the absolute path goes to the server's log only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+
+import numpy as np
+
+from conveyor.errors import DataFileError, ResourceExhausted
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.data.file_list import FileEntry
+from conveyor_server.engine.data.roots import DataRoots, root_label, swapped_link
+
+log = logging.getLogger("conveyor.engine")
+
+OP = "readers.file"
+
+
+def read_at_most(fd: int, count: int) -> np.ndarray:
+    """Up to ``count`` bytes from ``fd``: fewer only at its end."""
+    buffer = np.empty(count, dtype=np.uint8)
+    view = memoryview(buffer.data)
+    got = 0
+    while got < count:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            break
+        got += n
+    return buffer[:got]
+
+
+class DataFiles:
+    """How a pipeline's readers open and read their files (``roots=None``: any path, as
+    listed, for a pipeline in a trainer's own process)."""
+
+    def __init__(self, roots: DataRoots | None, limits: EngineLimits = NO_LIMITS) -> None:
+        self.roots = roots
+        self.limits = limits
+
+    def name(self, entry: FileEntry) -> str:
+        """The file as messages name it."""
+        if self.roots is None or entry.root < 0:
+            return entry.path
+        return f"{root_label(entry.root)}/{entry.relative}".rstrip("/")
+
+    def name_path(self, path: str) -> str:
+        """A listed path as messages name it."""
+        return path if self.roots is None else self.roots.name(path)
+
+    def open(self, entry: FileEntry) -> int:
+        """A descriptor of the entry's regular file; DataFileError naming it if it cannot
+        be opened, or a symlink now stands where the listing had none."""
+        name = self.name(entry)
+        try:
+            if self.roots is not None and entry.root >= 0:
+                return self.roots.open(entry.root, entry.relative)
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise DataFileError(f"it is not a regular file (mode {stat.filemode(mode)})")
+                os.set_blocking(fd, True)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        except DataFileError as exc:
+            raise DataFileError(f"{OP}: cannot read {name!r}: {exc.message}") from None
+        except OSError as exc:
+            if self.roots is not None and swapped_link(exc):
+                log.warning("%s: refused to read %s (%s): a symlink or a non-folder is on its "
+                            "path beneath %s", OP, entry.path, name,
+                            self.roots.real[entry.root])
+                raise DataFileError(
+                    f"{OP}: cannot read {name!r}: a symbolic link (or something that is not a "
+                    "folder) now stands on its path beneath the data root, where the listing "
+                    "had none; symlinks are not followed after the pipeline is built") from None
+            raise DataFileError(f"{OP}: cannot read {name!r}: {exc.strerror or exc}") from None
+
+    def read(self, entry: FileEntry) -> np.ndarray:
+        """The entry's bytes (a 1-D uint8 array)."""
+        fd = self.open(entry)
+        limit = self.limits.max_file_bytes
+        try:
+            size = os.fstat(fd).st_size
+            self.limits.check_file(size, self.name(entry))
+            want = entry.size if limit is None else min(entry.size, limit)
+            data = read_at_most(fd, want + 1)
+        except OSError as exc:
+            raise DataFileError(f"{OP}: cannot read {self.name(entry)!r}: "
+                                f"{exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        if limit is not None and data.size > limit:
+            raise ResourceExhausted(
+                f"{OP}: {self.name(entry)!r} grew above the server's limit "
+                f"limits.max_file_bytes = {limit:,} while it was read; it was not used")
+        if data.size != entry.size:
+            shown = max(size, data.size) if data.size > entry.size else data.size
+            raise DataFileError(f"{OP}: {self.name(entry)!r} has {shown} bytes, but "
+                                f"{entry.size} when the pipeline listed it: the data set "
+                                "changed under the pipeline")
+        return data
+
+    def sha256(self, entry: FileEntry) -> str:
+        """The SHA-256 of the entry's contents (a data set's identity), opened as a read
+        opens it."""
+        return sha256_of(self.open(entry), OP, self.name(entry))
+
+
+def sha256_of(fd: int, op: str, shown: str) -> str:
+    """The SHA-256 of what the open file ``fd`` holds (closed after); a read error is a
+    ``DataFileError`` of ``op`` naming the file as ``shown``."""
+    h = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    except OSError as exc:
+        raise DataFileError(f"{op}: cannot read {shown!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return h.hexdigest()

@@ -1,0 +1,9 @@
+"""Device: the accelerators and getting outputs out of them.
+
+Which CUDA devices this process can use (``devices.py``), the non-blocking compute stream
+per device that GPU work runs on and the events that order copies after it
+(``streams.py``), and the ring of pinned host buffers a pipeline's GPU outputs are copied
+into (``output_ring.py``).
+
+Imports: no other room of the engine.
+"""

@@ -1,0 +1,258 @@
+"""One batch of files decoded by one nvImageCodec call: the decoder behind ``device="mixed"``.
+
+``BatchDecoder.decode`` checks every file as the CPU decoder does (empty, truncated JPEG,
+declared size above ``limits.max_image_pixels``), turns each into a code stream, with a
+region of interest where the caller wants a window of a JPEG, and decodes them all with
+one ``Decoder.decode(list)`` call. Where the images go is the target's:
+
+- on a GPU (``gpu_target``): into device memory on the pipeline's device, each image a
+  CuPy array, HWC uint8; no copy through the host. The decode is enqueued on the device's
+  compute stream (``engine/device/streams.py``), where the operators after it run, so nothing
+  waits on the host for it: each image is wrapped as a CuPy array from its pointer, not
+  through ``__cuda_array_interface__`` (through which CuPy would synchronise the image's
+  stream from the host once per image). The backends, in order: the hardware
+  JPEG decoder (A100, H100) taking ``hw_decoder_load`` of the batch as DALI's does, the CUDA
+  decoder, the hybrid CPU+GPU decoder, then the CPU decoder;
+- on the CPU (``CPU_TARGET``): into host memory, each image a numpy array, through
+  nvImageCodec's CPU backend (libjpeg-turbo, OpenCV). nvImageCodec runs on a machine without
+  a GPU only when given both the CPU-only device id and the CPU-only backend; CI runs this
+  same path with them.
+
+A window is drawn by the caller's function from the image's size (``WindowFn``). For a
+JPEG without EXIF rotation the size is the code stream's and only the window is decoded;
+anything else (a rotated photo, PNG, ...) is decoded whole and cropped, so the window is
+always drawn from the size of the image as oriented, as on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conveyor.errors import ConveyorError, DataFileError, DeviceUnavailable
+from conveyor_server.engine.admission.limits import EngineLimits
+from conveyor_server.engine.ops.decode import jpeg_fast
+from conveyor_server.engine.ops.decode.decode import check_file, sniff_format
+from conveyor_server.engine.ops.geometry.random_window import Window
+from conveyor_server.engine.ops.registry import Device, SampleFailed
+
+#: (sample position in the batch, image height, image width) -> the window to output.
+WindowFn = Callable[[int, int, int], Window]
+
+
+@dataclass(frozen=True)
+class DecodeTarget:
+    """Where a batch is decoded: a CUDA device (``device_id``, -1: the current one) or,
+    with ``device_id`` None, the CPU."""
+
+    device_id: int | None
+    #: The share of a batch the hardware JPEG decoder takes (DALI's ``hw_decoder_load``).
+    hw_decoder_load: float = 0.65
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device_id is not None
+
+
+CPU_TARGET = DecodeTarget(None)
+
+
+def gpu_target(device_id: int, hw_decoder_load: float) -> DecodeTarget:
+    return DecodeTarget(device_id, hw_decoder_load)
+
+
+def backend_plan(target: DecodeTarget) -> list[tuple[str, float]]:
+    """The backends the decoder may use, in order, with their load hints: nvImageCodec's
+    ``BackendKind`` names, lower case."""
+    if not target.on_gpu:
+        return [("cpu_only", 1.0)]
+    plan = [("hw_gpu_only", target.hw_decoder_load)] if target.hw_decoder_load > 0 else []
+    return [*plan, ("gpu_only", 1.0), ("hybrid_cpu_gpu", 1.0), ("cpu_only", 1.0)]
+
+
+def describe_backends(target: DecodeTarget) -> str:
+    """The backend plan in words, for the engine identity: ``hw_gpu_only 0.65, gpu_only,
+    ...``."""
+    return ", ".join(name if hint == 1.0 else f"{name} {hint:g}"
+                     for name, hint in backend_plan(target))
+
+
+def load_nvimgcodec(op: str, device: str) -> Any:
+    """The nvImageCodec module, or ``DeviceUnavailable`` naming the operator."""
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        raise DeviceUnavailable(f"{op}: device={device!r}: the GPU decoder (nvImageCodec) is "
+                                "not installed (the server's [gpu] extra; or use "
+                                "device='cpu')") from None
+    return nvimgcodec
+
+
+def nvimgcodec_version() -> str:
+    """nvImageCodec's version, or "" where it is not installed."""
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return ""
+    return str(getattr(nvimgcodec, "__version__", "unknown"))
+
+
+class BatchDecoder:
+    def __init__(self, op: str, device: str, output_type: str, target: DecodeTarget,
+                 limits: EngineLimits) -> None:
+        nv = load_nvimgcodec(op, device)
+        self._nv = nv
+        self._op = op
+        self._target = target
+        self._output_type = output_type
+        self._limits = limits
+        color = nv.ColorSpec.GRAY if output_type == "GRAY" else nv.ColorSpec.SRGB
+        self._params = nv.DecodeParams(color_spec=color, allow_any_depth=False,
+                                       apply_exif_orientation=True)
+        kinds = {"hw_gpu_only": nv.BackendKind.HW_GPU_ONLY, "gpu_only": nv.BackendKind.GPU_ONLY,
+                 "hybrid_cpu_gpu": nv.BackendKind.HYBRID_CPU_GPU,
+                 "cpu_only": nv.BackendKind.CPU_ONLY}
+        backends = [nv.Backend(kinds[name], load_hint=hint) for name, hint in backend_plan(target)]
+        device_id = nv.NVIMGCODEC_DEVICE_CPU_ONLY if target.device_id is None else target.device_id
+        self._decoder = nv.Decoder(device_id=device_id, backends=backends)
+        # One batch at a time per operator: batches computed ahead queue here.
+        self._lock = threading.Lock()
+
+    @property
+    def device(self) -> Device:
+        """Where the decoded images are: "gpu", or "cpu" for the CPU target."""
+        return "gpu" if self._target.on_gpu else "cpu"
+
+    def decode(self, files: Sequence[np.ndarray], window: WindowFn | None = None) -> list[Any]:
+        """One image per file, in order (CuPy arrays on a GPU, numpy arrays on the CPU);
+        ``SampleFailed`` for the first file that cannot be decoded."""
+        nv = self._nv
+        streams = []
+        # The encoded bytes and whole streams a region's stream reads from: kept alive until
+        # the decode returns.
+        keep: list[Any] = []
+        windows: list[Window | None] = []  # the windows decoded as regions
+        for i, data in enumerate(files):
+            try:
+                fmt = check_file(data, self._limits, self._op)
+                encoded = data.tobytes()
+                stream = nv.CodeStream(encoded)
+                keep += (encoded, stream)
+                win = None
+                if window is not None and fmt == "JPEG" and jpeg_fast.exif_orientation(data) == 1:
+                    win = window(i, int(stream.height), int(stream.width))
+                    stream = stream.get_sub_code_stream(
+                        region=nv.Region(win.y, win.x, win.y + win.h, win.x + win.w))
+            except ConveyorError as exc:
+                raise SampleFailed(i, exc) from None
+            except (RuntimeError, ValueError) as exc:  # nvImageCodec could not parse it
+                raise SampleFailed(i, DataFileError(
+                    f"cannot decode the image ({data.size} bytes): {exc}")) from None
+            streams.append(stream)
+            windows.append(win)
+        with self._on_device():
+            with self._lock:
+                images = self._run(streams)
+            del keep
+            return self._arrays(files, images, windows, window)
+
+    def _arrays(self, files: Sequence[np.ndarray], images: list[Any],
+                windows: list[Window | None], window: WindowFn | None) -> list[Any]:
+        out = []
+        for i, (image, win) in enumerate(zip(images, windows, strict=True)):
+            if image is None:
+                raise SampleFailed(i, DataFileError(
+                    f"cannot decode the image ({files[i].size} bytes, {sniff_format(files[i])}):"
+                    " nvImageCodec could not decode it with any backend"))
+            array = self._array(image)
+            h, w = int(array.shape[0]), int(array.shape[1])
+            try:
+                self._limits.check_image(h, w, "the decoded image")
+                if window is not None and win is None:
+                    full = window(i, h, w)
+                    array = array[full.y:full.y + full.h, full.x:full.x + full.w]
+            except ConveyorError as exc:
+                raise SampleFailed(i, exc) from None
+            out.append(self._finish(array))
+        return out
+
+    def _on_device(self) -> contextlib.AbstractContextManager[Any]:
+        """The target's CUDA device as the current one and its compute stream as the
+        current stream (nothing on the CPU)."""
+        if not self._target.on_gpu:
+            return contextlib.nullcontext()
+        from conveyor_server.engine.device import streams
+
+        return streams.computing(max(self._target.device_id or 0, 0))
+
+    def _run(self, streams: list[Any]) -> list[Any]:
+        if not self._target.on_gpu:
+            return list(self._decoder.decode(streams, params=self._params))
+        import cupy
+
+        # The compute stream (current here): the operators after the decoder run on it,
+        # and the copies out of the GPU (``gpu_staging.py``) wait for it.
+        return list(self._decoder.decode(streams, params=self._params,
+                                         cuda_stream=cupy.cuda.get_current_stream().ptr))
+
+    def _array(self, image: Any) -> Any:
+        """The decoded image as an HWC array where the target keeps images."""
+        if not self._target.on_gpu:
+            array: Any = np.asarray(image.cpu())
+        else:
+            import cupy
+
+            if image.buffer_kind == self._nv.ImageBufferKind.STRIDED_HOST:
+                array = cupy.asarray(np.asarray(image))  # a CPU backend's image, uploaded
+            else:
+                array = wrap_device_image(cupy, image)  # zero copy, no host wait
+        if array.ndim == 2:
+            array = array[:, :, None]
+        if self._output_type == "BGR":
+            array = array[:, :, ::-1]
+        return array
+
+    def _finish(self, array: Any) -> Any:
+        """A C-contiguous array that owns its memory (a crop or a reordering is copied)."""
+        if self._target.on_gpu:
+            import cupy
+
+            return cupy.ascontiguousarray(array)
+        return np.array(array, dtype=np.uint8, order="C", copy=True)
+
+
+def byte_extent(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> int:
+    """The bytes an array of ``shape`` and non-negative byte ``strides`` (None:
+    C-contiguous) spans from its first element to the end of its last."""
+    if any(n == 0 for n in shape):
+        return 0
+    if strides is None:
+        count = 1
+        for n in shape:
+            count *= n
+        return count * itemsize
+    return sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + itemsize
+
+
+def wrap_device_image(cupy: Any, image: Any) -> Any:
+    """A CuPy array over a decoded image's device memory (on the current device), which
+    keeps the image alive.
+
+    Built from the image's pointer, shape and strides rather than by ``cupy.asarray``: that
+    goes through ``__cuda_array_interface__``, whose ``stream`` entry makes CuPy call
+    ``cudaStreamSynchronize`` on it from the host, once per image. The decode was enqueued
+    on the stream the consumers run on, so their order needs no wait at all."""
+    desc = image.__cuda_array_interface__
+    shape = tuple(int(n) for n in desc["shape"])
+    dtype = np.dtype(desc["typestr"])
+    strides = desc.get("strides")
+    strides = None if strides is None else tuple(int(s) for s in strides)
+    pointer = int(desc["data"][0])
+    memory = cupy.cuda.UnownedMemory(pointer, byte_extent(shape, strides, dtype.itemsize),
+                                     image, cupy.cuda.Device().id)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
