@@ -39,14 +39,14 @@ test: $(TEST_STAMP)
 
 # Runs pytest over TESTS (default: the whole suite) RUNS times (default 10) in a row, each
 # run in a fresh process, and prints how many runs each test failed in; exits non-zero if any
-# did. For hunting flaky tests: make test-repeat TESTS="tests/test_tf_adapter.py" RUNS=10
+# did. For hunting flaky tests: make test-repeat TESTS="tests/adapters/test_tf_adapter.py" RUNS=10
 TESTS ?= tests
 RUNS ?= 10
 test-repeat: $(TEST_STAMP)
 	$(BIN)/python scripts/repeat_tests.py --runs $(RUNS) -- $(TESTS) $(PYTEST_ARGS)
 
 # The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a page
-# missing from the navigation fails it. `make test` builds it too (tests/test_docs.py).
+# missing from the navigation fails it. `make test` builds it too (tests/project/test_docs.py).
 docs: $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 

@@ -184,7 +184,8 @@ def machine() -> str:
 
 
 class Server:
-    """A real conveyor-server subprocess with its own private Redis (as tests/servers.py)."""
+    """A real conveyor-server subprocess with its own private Redis (as
+    tests/support/servers.py)."""
 
     def __init__(self, data_root: Path, *extra: str) -> None:
         self.redis = RedisProcess(appendonly=True).start()

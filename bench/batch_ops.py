@@ -1,7 +1,7 @@
 """crop_mirror_normalize per batch against per sample (the engine's batched-operator seam).
 
 Two measurements, each with the per-sample and the per-batch form of the same operator
-(same arguments, same bytes: ``tests/test_batch_ops.py`` checks it):
+(same arguments, same bytes: ``tests/engine/test_batch_ops.py`` checks it):
 
 - the operator alone, on one thread: a batch of decoded 256x256 images, cropped to
   224x224 at a per-sample position, mirrored by a per-sample coin, normalized to float32

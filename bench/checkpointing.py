@@ -17,7 +17,7 @@ a private redis-server (append-only, as the server's own default) on a unix sock
   interleaved runs.
 - Restore to first batch: ``Pipeline(spec, checkpoint=blob).run()`` in process, and the
   Restore RPC (blob sent inline) plus the first ``run()`` over gRPC, from checkpoints at
-  batch 0 and at batch 10^6 (made as tests/test_engine.py's ``_blob_at`` does, from the
+  batch 0 and at batch 10^6 (made as tests/engine/test_engine.py's ``_blob_at`` does, from the
   engine's pure state function). The time should not depend on the position. Each run's
   figure is the median of ``RESTORES_PER_RUN`` restores.
 

@@ -1,6 +1,6 @@
 """Measure the behaviour digests in the reference environment and print them as JSON.
 
-    .venv/bin/python scripts/golden_behaviour.py > tests/golden/behaviour.json
+    .venv/bin/python scripts/golden_behaviour.py > tests/engine/golden/behaviour.json
 
 Run it only when an operator's output changed on purpose: the new digests make servers
 of this version refuse checkpoints that use that operator (see engine/identity/engine_id.py).

@@ -1,9 +1,9 @@
 """Run pytest several times in a row and say which tests failed in how many runs.
 
-``make test-repeat TESTS="tests/test_tf_adapter.py" RUNS=10`` calls this. Each run is a fresh
-pytest process (a flake that depends on process state shows as it would in CI). The summary
-lists every test that failed or errored in at least one run, with its count, and the exit
-status is 1 when any run was red, so a loop in a shell or in CI can use it as it is.
+``make test-repeat TESTS="tests/adapters/test_tf_adapter.py" RUNS=10`` calls this. Each run
+is a fresh pytest process (a flake that depends on process state shows as it would in CI).
+The summary lists every test that failed or errored in at least one run, with its count, and
+the exit status is 1 when any run was red, so a loop in a shell or in CI can use it as it is.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def failed_tests(junit_xml: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="how many runs (default 10)")
-    parser.add_argument("pytest_args", nargs="*", help="what pytest runs, e.g. tests/test_x.py")
+    parser.add_argument("pytest_args", nargs="*",
+                        help="what pytest runs, e.g. tests/engine/test_ops.py")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")

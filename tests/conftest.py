@@ -13,7 +13,7 @@ from conveyor_server.engine.device.devices import cuda_device_count
 from conveyor_server.store.redis_process import RedisProcess
 
 if TYPE_CHECKING:
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -48,7 +48,7 @@ def redis_client(redis_proc: RedisProcess) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root holding a small class-folder JPEG data set under ``imgs/``."""
-    from tests.images import make_image_folder
+    from tests.support.images import make_image_folder
 
     root = tmp_path_factory.mktemp("dataroot")
     make_image_folder(root / "imgs", counts=(6, 5, 7))
@@ -62,7 +62,7 @@ def start_server(
     """Start real conveyor-server subprocesses sharing this test's Redis
     (``metrics=True``: serving metrics on a free port, ``server.metrics_url``; ``env``:
     added environment variables; ``tls``: the client's options for a TLS server)."""
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     started: list[ServerProcess] = []
 

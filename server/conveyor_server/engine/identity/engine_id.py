@@ -23,7 +23,8 @@ from conveyor_server.engine.identity.behaviour.measure import Behaviour, key_of
 
 #: Conveyor's output-behaviour version. Raise it only when a release changes outputs in a
 #: way the probes cannot see (sample order, batching, how operators are chained); an
-#: operator's own output changes are caught by its digest (``tests/test_behaviour_golden``).
+#: operator's own output changes are caught by its digest
+#: (``tests/engine/test_behaviour_golden.py``).
 OUTPUT_VERSION = 1
 
 

@@ -2,7 +2,7 @@
 
 The sources are package data (``kernels/*.cu``), each compiled as one module with
 ``kernels/common.cuh`` (sample types, loads, saturating stores) in front of it: no headers,
-so NVRTC compiles them on any machine (CI compiles every one, ``tests/test_cuda_nvrtc.py``).
+so NVRTC compiles them on any machine (CI compiles every one, ``tests/engine/test_cuda_nvrtc.py``).
 Kernels are ``extern "C"`` and batched: one launch per operator per batch, every sample's
 shape, offsets and parameters passed as device arrays, nothing compiled per shape.
 ``KERNELS`` lists, per source, every kernel name the launchers ask for.

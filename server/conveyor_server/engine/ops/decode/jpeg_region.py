@@ -7,7 +7,7 @@ columns beside it are not transformed nor converted: a window of a quarter of th
 decodes in ~0.65 of the whole decode's time here, but nvImageCodec's whole decode is ~10 %
 slower than simplejpeg's, so a window of half the image or more is decoded whole.
 
-Exact for what is taken (tests/test_jpeg_region.py compares 1,872 windows):
+Exact for what is taken (tests/engine/test_jpeg_region.py compares 1,872 windows):
 8-bit Huffman-coded JPEGs, baseline or progressive (SOF0, SOF1, SOF2), with 1 or 3
 components (grayscale, YCbCr at any chroma subsampling), restart markers or not, no
 Adobe APP14 segment (CMYK, YCCK or RGB transforms: its CMYK conversion rounds otherwise)

@@ -91,7 +91,7 @@ def warp_affine(image: np.ndarray, inverse: np.ndarray, out_hw: tuple[int, int],
         # OpenCV's nearest and linear warps are 1.4-2.6x faster on 4 channels than on 3
         # (uint8 linear: 0.63 vs 1.51 ms on the benchmark images), more than the two
         # channel conversions cost; every channel is warped alone, so the bytes are the
-        # same (tests/test_ops_rotate.py compares them).
+        # same (tests/engine/test_ops_rotate.py compares them).
         four = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)
         fill4 = None if fill is None else np.append(fill, 0)
         return cv2.cvtColor(warp_affine(four, inverse, out_hw, interp, fill4),

@@ -1,8 +1,8 @@
 """numpy references of the CUDA kernels: each computes, from the same plan, what its
 kernel computes, in the same arithmetic (float32 products and sums in the kernel's order,
 no fused multiply-adds, the same rounding and saturation). On a GPU the kernels are checked
-against them (``tests/test_cuda_gpu.py``); on any machine they are checked against the CPU
-operators (``tests/test_cuda_reference.py``), so the kernels' definition is tested in CI.
+against them (``tests/engine/test_cuda_gpu.py``); on any machine they are checked against the CPU
+operators (``tests/engine/test_cuda_reference.py``), so the kernels' definition is tested in CI.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The server as a program: configuration, the decoders' pixel caps, first run and metrics."""
