@@ -278,9 +278,10 @@ def test_an_iterator_that_outlived_its_closed_dataset_takes_no_stream_over(
         start_server: Start, image_root: Path) -> None:
     """tf.data computes batches ahead on threads of its own, so a ``for`` loop's iterator
     still asks for the next batch after its ``break``, even after ``close()``. Such a
-    request must not open the pipeline again: that stream would take over the one of the
-    trainer's next dataset on the same pipeline (ABORTED: "a newer consumer took over").
-    Here the old iterator asks in the open, after the next dataset began streaming."""
+    request must not open the pipeline again: the trainer's next dataset on the pipeline
+    would lose its stream (ABORTED, "a newer consumer took over", or fenced by the stale
+    restore). Here the old iterator asks in the open, after the next dataset began
+    streaming: served, it would end that dataset's stream."""
     server = start_server()
     spec = half_crops(str(image_root / "imgs"))
     expected = reference(spec, 8)

@@ -4,15 +4,16 @@ TensorFlow asks for batch ``i`` (``i`` counted from the pipeline's start, as
 ``RemotePipeline.consumed`` counts), not for "the next one": a fresh iterator asks from the
 dataset's start, a restored one from the position its checkpoint holds. The stream serves
 the batch it is at; asked for another, it reopens the pipeline there with ``Client.open``
-(O(1) on the server: no replay), on any server of the list.
-
-Once closed, it reopens nothing: tf.data computes batches ahead on threads of its own, and an
-iterator outliving its loop (a ``for`` loop's after its ``break``, Keras' after ``fit``)
-still asks for the next ones. Reopened after ``close()``, such a request would claim the
-pipeline again on the server and take over the stream of whoever opened it next (the
-trainer's next dataset), which would end ABORTED; it is refused instead. A data-parallel job's rank
+(O(1) on the server: no replay), on any server of the list. A data-parallel job's rank
 counts its steps the same way (``conveyor.job_opening``): batch ``i`` is its share of step
 ``i``.
+
+Once closed, it opens nothing again. tf.data computes batches ahead on threads of its own,
+so an iterator that outlived its loop (a ``for`` loop's after its ``break``, Keras' after
+``fit``) still asks for the next ones after ``close()``. Reopened for it, the pipeline
+would be claimed again while the trainer's next dataset on it starts: that dataset's
+stream would end ABORTED (the stale stream began after it: "a newer consumer took over")
+or fenced (the stale restore came after its own). Such a request is refused instead.
 """
 
 from __future__ import annotations
