@@ -273,3 +273,33 @@ def test_a_dataset_checkpoint_after_its_loop_ended_holds_where_the_loop_stopped(
     with pytest.raises(errors.FailedPrecondition, match=r"tf.train.Checkpoint\(iterator="):
         tf.train.Checkpoint(dataset=fourth).save(str(tmp_path / "derived" / "ckpt"))
     fourth.close()
+
+
+def test_an_iterator_that_outlived_its_closed_dataset_takes_no_stream_over(
+        start_server: Start, image_root: Path) -> None:
+    """tf.data computes batches ahead on threads of its own, so a ``for`` loop's iterator
+    still asks for the next batch after its ``break``, even after ``close()``. Such a
+    request must not open the pipeline again: the trainer's next dataset on the pipeline
+    would lose its stream (ABORTED, "a newer consumer took over", or fenced by the stale
+    restore). Here the old iterator asks in the open, after the next dataset began
+    streaming: served, it would end that dataset's stream."""
+    server = start_server()
+    spec = half_crops(str(image_root / "imgs"))
+    expected = reference(spec, 8)
+    dataset = ConveyorDataset(server.address, "tf-closed", spec, run_id="c",
+                              client_options=OPTIONS)
+    outlived = iter(dataset)
+    assert element_bytes(next(outlived)) == expected[0]
+    dataset.close()
+
+    again = ConveyorDataset(server.address, "tf-closed", spec, run_id="c",
+                            client_options=OPTIONS)
+    current = iter(again)
+    assert element_bytes(next(current)) == expected[again.start]
+    with pytest.raises(tf.errors.OpError, match=r"'tf-closed' was closed .*batch \d+ is not "
+                                                r"read.*make a new ConveyorDataset"):
+        for _ in range(20):  # what was computed ahead before the close, then the refusal
+            next(outlived)
+    assert [element_bytes(next(current)) for _ in range(3)] == \
+        expected[again.start + 1:again.start + 4]
+    again.close()

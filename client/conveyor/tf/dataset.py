@@ -167,5 +167,8 @@ class ConveyorDataset(dataset_ops.DatasetV2):
         return []
 
     def close(self) -> None:
-        """End the stream (the pipeline stays on its server, resumable)."""
+        """End the stream (the pipeline stays on its server, resumable). An iterator that
+        asks for a batch afterwards (tf.data computing ahead for a loop that ended) is
+        refused (FailedPrecondition): it never opens the pipeline again, which would take
+        over the stream of the next dataset opened on it."""
         self._stream.close()

@@ -7,6 +7,13 @@ the batch it is at; asked for another, it reopens the pipeline there with ``Clie
 (O(1) on the server: no replay), on any server of the list. A data-parallel job's rank
 counts its steps the same way (``conveyor.job_opening``): batch ``i`` is its share of step
 ``i``.
+
+Once closed, it opens nothing again. tf.data computes batches ahead on threads of its own,
+so an iterator that outlived its loop (a ``for`` loop's after its ``break``, Keras' after
+``fit``) still asks for the next ones after ``close()``. Reopened for it, the pipeline
+would be claimed again while the trainer's next dataset on it starts: that dataset's
+stream would end ABORTED (the stale stream began after it: "a newer consumer took over")
+or fenced (the stale restore came after its own). Such a request is refused instead.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.client import Client
+from conveyor.errors import FailedPrecondition
 from conveyor.remote import Batch, RemotePipeline
 from conveyor.v1 import pipeline_pb2
 
@@ -43,6 +51,7 @@ class BatchStream:
         #: Where the pipeline stood when opened: a fresh iterator starts here.
         self.start = self._pipe.consumed
         self._held: tuple[int, Batch] | None = None
+        self._closed = False
 
     def _open(self, consumed: int | None) -> RemotePipeline:
         return self._client.open(self.name, self._spec, run_id=self._run_id,
@@ -51,6 +60,7 @@ class BatchStream:
     def first(self) -> Batch:
         """The batch at ``start``, kept for the iterator that asks for it."""
         with self._lock:
+            self._check_open(self.start)
             if self._held is None:
                 self._held = (self.start, self._next(self.start))
             return self._held[1]
@@ -58,6 +68,7 @@ class BatchStream:
     def batch(self, index: int) -> Batch:
         """Batch ``index`` of the stream (the one after ``index`` batches)."""
         with self._lock:
+            self._check_open(index)
             if self._held is not None and self._held[0] == index:
                 held, self._held = self._held[1], None
                 return held
@@ -71,8 +82,18 @@ class BatchStream:
             self._pipe = self._open(index)
         return self._pipe.run()
 
+    def _check_open(self, index: int) -> None:
+        if self._closed:
+            raise FailedPrecondition(
+                f"the stream of pipeline {self.name!r} was closed (ConveyorDataset.close()): "
+                f"batch {index} is not read, and the pipeline is not opened again for an "
+                "iterator that outlived the dataset; make a new ConveyorDataset to go on")
+
     def close(self) -> None:
+        """End the stream for good: a batch asked for afterwards is refused (a request
+        already under way finishes first)."""
         with self._lock:
+            self._closed = True
             if self._pipe is not None:
                 self._pipe.close()
                 self._pipe = None
