@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
-from conveyor.connection import Connection, addresses
+from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
 from conveyor.remote import RemotePipeline
@@ -56,10 +56,7 @@ class Client:
         certificate and present this client's (None: ``TlsOptions.from_env()``, the
         ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
         environment says); see ``credentials.py``."""
-        targets = [target] if isinstance(target, str) else list(target)
-        self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
-        if not self.targets:
-            raise errors.InvalidArgument("Client needs at least one server address")
+        self.targets = server_targets(target, "conveyor.Client", "target")
         self.target = self.targets[0]
         self.timeout = timeout
         self.stream_timeout = stream_timeout
@@ -232,10 +229,14 @@ class Client:
             name=name, keep_checkpoints=keep_checkpoints, force=force))
 
     def close(self) -> None:
+        """Close every connection (their streams are cancelled); within
+        ``connection.CLOSE_WAIT_S`` whatever state the servers are in, and from any thread
+        or finaliser (see ``connection.py``). The client may be used again afterwards: it
+        connects anew."""
         with self._lock:
-            for conn in self._connections.values():
-                conn.close()
+            connections = list(self._connections.values())
             self._connections.clear()
+        close_connections(connections)
 
     def __enter__(self) -> Client:
         return self

@@ -18,6 +18,7 @@ there. The trainer's loop never sees it; ``failovers`` counts it and the
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -78,7 +79,8 @@ class RemotePipeline:
         """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
         out first (a healthy stream being closed; a broken one has nothing to send on)."""
         if self._acks is not None:
-            self._acks.close(flush)
+            # (At interpreter exit gRPC's threads are stopped: nothing would be sent.)
+            self._acks.close(0.0 if sys.is_finalizing() else flush)
         if self._responses is not None:
             self._responses.cancel()
         self._acks = self._responses = None
