@@ -19,7 +19,7 @@ from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIME
 from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
-from conveyor.remote import RemotePipeline
+from conveyor.remote import RemotePipeline, say_where_it_failed
 from conveyor.v1 import pipeline_pb2, service_pb2
 
 
@@ -97,9 +97,8 @@ class Client:
                 raise
             failure = exc
         # Only now are the other servers looked up (DNS is asked again each time).
-        for address in self.servers():
-            if address == self._preferred:
-                continue
+        others = [a for a in self.servers() if a != self._preferred]
+        for address in others:
             try:
                 reply = self.connection(address).call(method, request,
                                                       timeout or self.timeout)
@@ -109,6 +108,7 @@ class Client:
                 continue
             self._preferred = address
             return reply
+        say_where_it_failed(failure, self._preferred, others, method)
         raise failure
 
     # -- pipelines -------------------------------------------------------------------
