@@ -19,10 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import conveyor
+from conveyor import acknowledgements
+from conveyor.acknowledgements import Acknowledgements
 from conveyor.connection import CLOSE_WAIT_S
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
@@ -164,12 +167,16 @@ def soon(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 
 @pytest.mark.parametrize("fate", ["alive", "stopped", "killed"])
+@pytest.mark.parametrize("closing", ["pipeline-then-client", "client-only"])
 def test_close_returns_at_once_and_leaves_no_thread_or_socket_behind(
         start_server: Start, image_root: Path, frozen: list[ServerProcess],
-        fate: str) -> None:
+        fate: str, closing: str) -> None:
+    """``client-only``: ``Client.close()`` ends the streams of the pipelines it handed out
+    (their request threads were left waiting forever)."""
     server = start_server()
     before = grpc_threads()  # (none, unless an earlier test left some)
-    assert not sockets_to(server.port)
+    # (wait_serving's health-check channel is closed; gRPC lets its socket go just after)
+    assert soon(lambda: not sockets_to(server.port)), sockets_to(server.port)
     client = conveyor.Client(server.address, timeout=5, failover=False)
     pipe = client.open("leftovers", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
     for _ in range(3):
@@ -178,7 +185,8 @@ def test_close_returns_at_once_and_leaves_no_thread_or_socket_behind(
     assert grpc_threads() - before and sockets_to(server.port)  # what the checks look for
     befall(server, fate, frozen)
     started = time.monotonic()
-    pipe.close()
+    if closing == "pipeline-then-client":
+        pipe.close()
     client.close()
     took = time.monotonic() - started
     assert took < CLOSED_WITHIN_S < CLOSE_WAIT_S, took
@@ -186,3 +194,25 @@ def test_close_returns_at_once_and_leaves_no_thread_or_socket_behind(
     assert soon(lambda: not sockets_to(server.port)), sockets_to(server.port)
     with pytest.raises(ValueError, match="closed channel"):
         connection.call("ListPipelines", service_pb2.ListPipelinesRequest(), 1)
+
+
+def test_a_close_during_the_acknowledgement_interval_ends_the_request_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's request thread waits for news, sleeps ``ACK_INTERVAL_S`` to gather
+    acknowledgements, then clears the news: a close() during that sleep must still end the
+    requests (its news was cleared, and the thread waited forever: one leaked thread per
+    stream closed at the wrong moment)."""
+    acks = Acknowledgements("p", 0)
+    monkeypatch.setattr(acknowledgements, "time", SimpleNamespace(sleep=lambda _: acks.close()))
+    requests = acks.requests()
+    assert next(requests).consumed == 0
+    acks.advance(1)
+    assert next(requests).consumed == 1  # (close() came during the sleep before it)
+    ended = threading.Event()
+
+    def the_rest() -> None:
+        assert list(requests) == []
+        ended.set()
+
+    threading.Thread(target=the_rest, daemon=True).start()
+    assert ended.wait(5), "the request stream went on waiting after close()"

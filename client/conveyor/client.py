@@ -10,6 +10,7 @@ reason and metadata.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -67,9 +68,16 @@ class Client:
         self._keepalive = (keepalive_s, keepalive_timeout_s)
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
+        #: The pipelines handed out, whose streams ``close()`` ends first.
+        self._pipelines: weakref.WeakSet[RemotePipeline] = weakref.WeakSet()
         self._preferred = self.targets[0]
 
     # -- servers ---------------------------------------------------------------------
+
+    def adopt(self, pipeline: RemotePipeline) -> None:
+        """Remember ``pipeline`` (as long as it lives), so that ``close()`` ends its stream."""
+        with self._lock:
+            self._pipelines.add(pipeline)
 
     def connection(self, address: str) -> Connection:
         """The (shared) connection to ``address``."""
@@ -231,8 +239,14 @@ class Client:
     def close(self) -> None:
         """Close every connection (their streams are cancelled); within
         ``connection.CLOSE_WAIT_S`` whatever state the servers are in, and from any thread
-        or finaliser (see ``connection.py``). The client may be used again afterwards: it
-        connects anew."""
+        or finaliser (see ``connection.py``). The pipelines it handed out are closed first
+        (``RemotePipeline.close``: their streams' request threads end, their calls are
+        cancelled and let go of), so no call is left for gRPC's threads to finish. The
+        client may be used again afterwards: it connects anew."""
+        with self._lock:
+            pipelines = list(self._pipelines)
+        for pipeline in pipelines:
+            pipeline.close()
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()

@@ -82,6 +82,7 @@ class RemotePipeline:
         self._lock = threading.RLock()
         #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
         self._closing = threading.Event()
+        client.adopt(self)
 
     @property
     def consumed(self) -> int:
