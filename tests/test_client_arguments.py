@@ -19,6 +19,7 @@ import conveyor
 from conveyor import errors
 from conveyor.connection import server_targets
 from conveyor.torch import ConveyorDataset
+from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ def test_a_pipeline_object_given_as_the_servers_is_refused_at_once(
     kind, message = raised.pop("pipeline")
     assert kind == "TypeError", message
     assert message.startswith(who), message
-    assert "got a conveyor_server.engine.pipeline.Pipeline object" in message
+    assert f"got a {Pipeline.__module__}.{Pipeline.__qualname__} object" in message
     assert WANTED in message and "a list of them" in message
     if caller == "torch":
         assert "the servers run it from spec" in message
