@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from conveyor.client import Checkpoint, Client
+from conveyor.connection import PIPELINE_HINT, server_targets
 from conveyor.errors import DataLoss, FailedPrecondition, InvalidArgument
 from conveyor.remote import RemotePipeline
 from conveyor.tensor_list import TensorList
@@ -60,6 +61,7 @@ class ConveyorDataset(IterableDataset):
         needs an accelerator (FailedPrecondition otherwise). ``client_options``: more
         keyword arguments for ``conveyor.Client`` (TLS, token file, timeouts)."""
         super().__init__()
+        server_targets(servers, "conveyor.torch.ConveyorDataset", hint=PIPELINE_HINT)
         self.servers, self.name, self.spec = servers, name, spec
         self.run_id = run_id
         self.rank, self.world_size = _share(rank, world_size)
