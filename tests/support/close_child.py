@@ -1,8 +1,8 @@
-"""A trainer process for ``tests/test_client_close.py``: takes batches from a real server,
+"""A trainer process for ``tests/client/test_client_close.py``: takes batches from a real server,
 says so, waits for the test to do something to the server (drain it, stop it, kill it, stop
 Redis), then ends its use of the client one way or another and exits.
 
-``python -m tests.close_child WAY SERVERS IMAGE_DIR``; it prints ``took N`` once it holds
+``python -m tests.support.close_child WAY SERVERS IMAGE_DIR``; it prints ``took N`` once it holds
 its batches, reads one line from stdin (the test's "go on"), ends its use of the client,
 prints ``ended`` and returns from ``main`` (the interpreter then exits, running whatever
 finalisers are left).

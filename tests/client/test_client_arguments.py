@@ -22,7 +22,7 @@ from conveyor.torch import ConveyorDataset
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WANTED = '"host:port"'
 
 
@@ -63,10 +63,10 @@ def test_no_address_at_all_is_an_invalid_argument(servers: Any) -> None:
 
 
 def refused(caller: str, image_root: Path) -> dict[str, list[str]]:
-    """What ``caller`` (client, torch, tf) raised for each of ``tests.arguments_child``'s
+    """What ``caller`` (client, torch, tf) raised for each of ``tests.support.arguments_child``'s
     servers, the in-process pipeline among them, in a process that must end at once."""
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.arguments_child", caller,
+        done = subprocess.run([sys.executable, "-m", "tests.support.arguments_child", caller,
                                str(image_root / "imgs")], cwd=ROOT, capture_output=True,
                               text=True, timeout=120, check=False)
     except subprocess.TimeoutExpired:

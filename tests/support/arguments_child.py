@@ -1,8 +1,8 @@
-"""A process for ``tests/test_client_arguments.py``: gives ``Client`` or an adapter servers
+"""A process for ``tests/client/test_client_arguments.py``: gives ``Client`` or an adapter servers
 that are not server addresses, an in-process ``conveyor_server.Pipeline`` (an endless
 iterable) among them, and prints, as JSON, what each raised.
 
-``python -m tests.arguments_child CALLER IMAGE_DIR``; CALLER is ``client``, ``torch`` or
+``python -m tests.support.arguments_child CALLER IMAGE_DIR``; CALLER is ``client``, ``torch`` or
 ``tf``."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import conveyor
 from conveyor import errors
 from conveyor.torch import ConveyorDataset
 from conveyor_server.demo.run import rotate_pipeline
-from tests.test_service import Start
+from tests.support.servers import Start
 
 HOW = 'give the client several (a list, or one string "host1:port,host2:port") or a DNS name'
 

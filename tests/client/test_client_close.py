@@ -1,6 +1,6 @@
 """Ending a client's use is bounded in time, whatever became of its server and Redis.
 
-A trainer process (``tests/close_child.py``) takes batches from a real server; the test
+A trainer process (``tests/support/close_child.py``) takes batches from a real server; the test
 then leaves the server up, drains it (SIGTERM), freezes it (SIGSTOP) or kills it
 (SIGKILL), with Redis up or gone; the trainer ends its use of the client one way or
 another (a generator finalised at interpreter exit, ``close()``, ``__exit__``, a close from
@@ -30,10 +30,9 @@ from conveyor.connection import CLOSE_WAIT_S
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.redis_process import RedisProcess
-from tests.servers import ServerProcess
-from tests.test_service import Start
+from tests.support.servers import ServerProcess, Start
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The longest a trainer may take from "go on" to its exit (about 2 s here, most of it
 #: the interpreter's teardown of torch; a hang is forever).
 EXIT_WITHIN_S = 15.0
@@ -102,7 +101,7 @@ def test_a_trainer_process_exits_whatever_became_of_its_server(
         frozen: list[ServerProcess], way: str, fate: str, redis_fate: str) -> None:
     server = start_server()
     trainer = subprocess.Popen(
-        [sys.executable, "-m", "tests.close_child", way, server.address,
+        [sys.executable, "-m", "tests.support.close_child", way, server.address,
          str(image_root / "imgs")], cwd=ROOT, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
