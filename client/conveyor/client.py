@@ -143,7 +143,7 @@ class Client:
         ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
         one-rank sequence; a job goes on with any world size from the latest step all its
         ranks checkpointed (or from ``consumed``, the trainer's own step). See
-        ``job_opening.py``."""
+        ``opening.py``."""
         return open_pipeline(self, name, spec, run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
                              world_size=world_size)

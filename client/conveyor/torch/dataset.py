@@ -9,7 +9,7 @@ pin for) and copied to ``device``.
 In a data-parallel job (``rank`` / ``world_size``, by default torch.distributed's when it
 is initialised) each rank's dataset yields its share of one global sequence: at every step
 rank r gets the r-th of the next ``world_size`` batches of the one-rank pipeline (see
-``conveyor.job_opening``). Its state is the job's position (the step, and the global
+``conveyor.opening``). Its state is the job's position (the step, and the global
 batches before it), so a job saved at a step goes on from there with any world size.
 
 The dataset opens its pipeline with ``Client.open`` when iteration starts, so the same code
