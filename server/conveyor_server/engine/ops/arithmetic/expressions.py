@@ -84,7 +84,7 @@ def promote(left: np.dtype, right: np.dtype) -> np.dtype:
     """The result type of ``left op right`` for two tensors (DALI's promotion table)."""
     if left == right:
         return left
-    if left == BOOL or right == BOOL:
+    if BOOL in (left, right):
         return right if left == BOOL else left
     if _is_float(left) or _is_float(right):
         if _is_float(left) and _is_float(right):
