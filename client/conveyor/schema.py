@@ -5,10 +5,9 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
 ``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. The readers' schemas (numpy, webdataset, caffe, caffe2) are in
-``reader_schemas``, the colour operators' in ``color_schemas``, and ``external_source``'s
-and ``decoders.image_slice``'s in ``source_schemas``, the expression operators' (``math.*``)
-in ``math_schemas``.
+filled in. Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2),
+``color_schemas``, ``math_schemas`` (expressions) and ``source_schemas`` (``external_source``,
+``decoders.image_slice``).
 """
 
 from __future__ import annotations

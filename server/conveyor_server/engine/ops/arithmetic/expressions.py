@@ -48,15 +48,25 @@ import numpy as np
 
 from conveyor.errors import InvalidArgument
 from conveyor_server.engine.ops.args import Targs
+from conveyor_server.engine.ops.arithmetic.elementwise import (
+    BOOL,
+    FLOAT32,
+    FLOAT64,
+    float_result,
+    ieee_remainder,
+    int_div,
+    int_mod,
+    int_pow,
+    is_float,
+    is_integer,
+    promote,
+    weak,
+)
 from conveyor_server.engine.ops.probes.inputs import image
 from conveyor_server.engine.ops.probes.probe_set import Case, op_probe
 from conveyor_server.engine.ops.probes.probe_set import Targs as ProbeTargs
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
-BOOL = np.dtype(np.bool_)
-FLOAT32 = np.dtype(np.float32)
-FLOAT64 = np.dtype(np.float64)
-INT32 = np.dtype(np.int32)
 COMPARISONS = {"eq": np.equal, "neq": np.not_equal, "lt": np.less, "leq": np.less_equal,
                "gt": np.greater, "geq": np.greater_equal}
 BITWISE = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor}
@@ -69,49 +79,6 @@ FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-# -- type promotion ----------------------------------------------------------------------
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f"
-
-
-def _is_integer(dtype: np.dtype) -> bool:
-    return dtype.kind in "iu"
-
-
-def promote(left: np.dtype, right: np.dtype) -> np.dtype:
-    """The result type of ``left op right`` for two tensors (DALI's promotion table)."""
-    if left == right:
-        return left
-    if BOOL in (left, right):
-        return right if left == BOOL else left
-    if _is_float(left) or _is_float(right):
-        if _is_float(left) and _is_float(right):
-            return left if left.itemsize >= right.itemsize else right
-        return left if _is_float(left) else right
-    if left.kind == right.kind:
-        return left if left.itemsize >= right.itemsize else right
-    signed, unsigned = (left, right) if left.kind == "i" else (right, left)
-    if signed.itemsize > unsigned.itemsize:
-        return signed
-    return np.dtype(f"int{min(8 * 2 * unsigned.itemsize, 64)}")
-
-
-def weak(tensor: np.dtype, constant_type: str) -> np.dtype:
-    """The result type of a tensor of type ``tensor`` with a Python constant."""
-    if constant_type == "bool":
-        return tensor
-    if constant_type == "int":
-        return INT32 if tensor == BOOL else tensor
-    return tensor if _is_float(tensor) else FLOAT32
-
-
-def float_result(dtype: np.dtype) -> np.dtype:
-    """The type a float-valued operation gives for operands promoted to ``dtype``."""
-    return dtype if _is_float(dtype) else FLOAT32
-
-
 # -- the operations ----------------------------------------------------------------------
 
 
@@ -120,50 +87,12 @@ def _wide(values: np.ndarray) -> np.ndarray:
     return values.astype(FLOAT64) if values.dtype != FLOAT64 else values
 
 
-def _ieee_remainder(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """C's ``remainder``: ``x - n * y``, ``n`` the integer nearest ``x / y`` (ties to even).
-    Exact: ``fmod`` is, and so is each subtraction below (Sterbenz's lemma)."""
-    a = np.abs(y)
-    half = a * 0.5
-    t = np.abs(np.fmod(x, 2 * a))  # in [0, 2a); the quotient by a is even below a
-    d = t - a
-    r = np.where(t > half, np.where(d >= half, t - 2 * a, d), t)
-    return np.where(np.signbit(x), -r, r).astype(x.dtype)
-
-
-def _int_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Integer division truncating toward zero; 0 where ``y`` is 0."""
-    zero = y == 0
-    safe = np.where(zero, 1, y).astype(y.dtype)
-    quotient = (x - np.fmod(x, safe)) // safe
-    return np.where(zero, 0, quotient).astype(x.dtype)
-
-
-def _int_mod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """C's ``%``: the dividend's sign; 0 where ``y`` is 0."""
-    zero = y == 0
-    safe = np.where(zero, 1, y).astype(y.dtype)
-    return np.where(zero, 0, np.fmod(x, safe)).astype(x.dtype)
-
-
-def _int_pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
-    """Integer power in the operands' type; a negative exponent gives 0, 1 for base 1 and
-    +-1 for base -1 (what 1 / base ** -exponent truncates to)."""
-    negative = exponent < 0
-    power = np.power(base, np.where(negative, 0, exponent).astype(exponent.dtype))
-    if not negative.any():
-        return power
-    odd = (exponent % 2) != 0
-    inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
-    return np.where(negative, inverse, power).astype(base.dtype)
-
-
 def _safe_compare(op: str, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """A comparison of the values themselves: a negative signed integer is below every
     unsigned one (DALI's safe comparisons); otherwise compared in the promoted type."""
     compare = COMPARISONS[op]
     lt, rt = left.dtype, right.dtype
-    if _is_integer(lt) and _is_integer(rt) and lt.kind != rt.kind:
+    if is_integer(lt) and is_integer(rt) and lt.kind != rt.kind:
         unsigned = lt if lt.kind == "u" else rt
         if unsigned.itemsize < 8:
             return np.asarray(compare(left.astype(np.int64), right.astype(np.int64)))
@@ -185,7 +114,7 @@ def _compare_constant(op: str, values: np.ndarray, value: float, constant_type: 
     the integer's own value (``uint8 > 300`` is all False)."""
     compare = COMPARISONS[op]
     constant: Any
-    if constant_type == "float" or _is_float(values.dtype):
+    if constant_type == "float" or is_float(values.dtype):
         common = weak(values.dtype, constant_type)
         values = values.astype(common, copy=False)
         constant = np.asarray(value, dtype=FLOAT64).astype(common)
@@ -201,7 +130,7 @@ def binary(op: str, left: np.ndarray, right: np.ndarray, out_type: np.dtype,
     if op in COMPARISONS:
         return _safe_compare(op, left, right)
     if op in BITWISE:
-        if not (_is_integer(out_type) or out_type == BOOL):
+        if not (is_integer(out_type) or out_type == BOOL):
             raise InvalidArgument(f"{where}: '{op}' takes integer or bool operands, got "
                                   f"{left.dtype} and {right.dtype}: cast them first")
         return np.asarray(BITWISE[op](left.astype(out_type), right.astype(out_type)))
@@ -222,16 +151,16 @@ def binary(op: str, left: np.ndarray, right: np.ndarray, out_type: np.dtype,
     if op == "max":
         return np.where(x > y, x, y)
     if op == "div":
-        return _int_div(x, y) if _is_integer(out_type) else np.asarray(x / y)
+        return int_div(x, y) if is_integer(out_type) else np.asarray(x / y)
     if op == "mod":
-        if _is_integer(out_type):
-            return _int_mod(x, y)
+        if is_integer(out_type):
+            return int_mod(x, y)
         if out_type == np.float16:
-            return _ieee_remainder(x.astype(FLOAT32), y.astype(FLOAT32)).astype(out_type)
-        return _ieee_remainder(x, y)
+            return ieee_remainder(x.astype(FLOAT32), y.astype(FLOAT32)).astype(out_type)
+        return ieee_remainder(x, y)
     if op == "pow":
-        if _is_integer(out_type):
-            return _int_pow(x, y)
+        if is_integer(out_type):
+            return int_pow(x, y)
         return np.power(_wide(x), _wide(y)).astype(out_type)
     if op == "fdiv":
         return np.asarray(x / y)
@@ -285,7 +214,7 @@ def _operands(where: str, left: np.ndarray, right: np.ndarray
 
 def _constant(where: str, value: float, constant_type: str, dtype: np.dtype) -> np.ndarray:
     """A Python constant as a 0-d array of ``dtype`` (the weak type it takes)."""
-    if constant_type == "float" or _is_float(dtype):
+    if constant_type == "float" or is_float(dtype):
         return np.asarray(value, dtype=FLOAT64).astype(dtype)
     number = int(value)
     info = np.iinfo(dtype) if dtype != BOOL else None
@@ -294,6 +223,17 @@ def _constant(where: str, value: float, constant_type: str, dtype: np.dtype) -> 
                               f"{dtype} (range {info.min}..{info.max}): cast the input to a "
                               "wider type first (fn.cast)")
     return np.asarray(number, dtype=dtype)
+
+
+def _bound(value: float, dtype: np.dtype) -> np.ndarray:
+    """A clamp bound in ``dtype``; an integer type's range caps it (``clamp(uint8, -20,
+    100)`` is ``clamp(uint8, 0, 100)``: the same values)."""
+    if is_float(dtype):
+        return np.asarray(value, dtype=FLOAT64).astype(dtype)
+    if dtype == BOOL:
+        return np.asarray(value != 0)
+    info = np.iinfo(dtype)
+    return np.asarray(min(max(int(value), int(info.min)), int(info.max)), dtype=dtype)
 
 
 def _layout(ctx: OpContext) -> tuple[str, ...]:
@@ -357,14 +297,12 @@ def build_unary(ctx: OpContext) -> SampleOp:
 def build_clamp(ctx: OpContext) -> SampleOp:
     lo, hi = float(ctx.args["lo"]), float(ctx.args["hi"])
     constant_type = str(ctx.args["constant_type"])
-    where = "math.clamp"
 
     def run(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         values = np.asarray(inputs[0])
         out_type = weak(values.dtype, constant_type)
         x = values.astype(out_type)
-        low = _constant(where, lo, constant_type, out_type)
-        high = _constant(where, hi, constant_type, out_type)
+        low, high = (_bound(lo, out_type), _bound(hi, out_type))
         # DALI's clamp: lo at or below lo, else hi at or above hi, else the value.
         result = np.where(x <= low, low, np.where(x >= high, high, x)).astype(out_type)
         return (_fresh(result, inputs),)
@@ -403,7 +341,7 @@ def _pairs(op: str) -> list[tuple[Sequence[np.ndarray], ProbeTargs]]:
     scalar = np.asarray([3], dtype=np.int32)
     samples.append(((_probe_array("uint8", 50), scalar), {}))  # a number per sample
     samples.append(((_probe_array("int16", 51), _probe_array("uint8", 52)), {}))
-    samples.append(((_probe_array("float32", 53), _probe_array("int16", 54, (7, 4, 3))), {}))
+    samples.append(((_probe_array("float32", 53), _probe_array("int16", 54)), {}))
     if op.startswith("bit"):
         samples = [s for s in samples if all(a.dtype.kind in "iub" for a in s[0])]
     return samples
