@@ -77,6 +77,7 @@ class DataNode:
     def __pos__(self) -> DataNode: return self
     def __abs__(self) -> Any: return _unary("abs", self)
     def __hash__(self) -> int: return hash((self.op, self.output, id(self.builder)))
+    __array_ufunc__ = None  # ``array * node``: a TypeError, not an array of nodes
 
 
 def _binary(op: str, left: Any, right: Any) -> Any:
