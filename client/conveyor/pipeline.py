@@ -87,6 +87,8 @@ class Pipeline:
     ``share_outputs()`` / ``release_outputs()``, ``reset()``. Made by calling a
     ``@pipeline_def`` function; runs in this process once built."""
 
+    __slots__ = ("_checkpoint", "_engine", "_release", "_scheduled", "_spec", "options")
+
     def __init__(self, spec: pipeline_pb2.PipelineSpec, *, checkpoint: bytes | None = None,
                  options: RunOptions | None = None) -> None:
         self._spec = spec

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from conveyor.errors import InvalidArgument
 from conveyor.pipeline import Pipeline, RunOptions
@@ -138,6 +138,16 @@ def build_spec(
         spec.outputs.append(out.ref())
     validate_spec(spec)
     return spec
+
+
+@overload
+def pipeline_def(fn: Callable[..., Any], **pipeline_args: Any) -> Callable[..., Pipeline]: ...
+
+
+@overload
+def pipeline_def(
+    fn: None = None, **pipeline_args: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Pipeline]]: ...
 
 
 def pipeline_def(

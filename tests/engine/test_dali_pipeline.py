@@ -19,7 +19,11 @@ from conveyor.errors import FailedPrecondition, InvalidArgument, SpecMismatch
 from conveyor.pipeline import Pipeline as DefinedPipeline
 from conveyor.v1 import pipeline_pb2
 from tests.support.images import make_image_folder
-from tests.support.resume import batch_bytes, run_batches
+from tests.support.resume import Batch, batch_bytes, run_batches
+
+
+def first_batches(pipe: DefinedPipeline, count: int) -> list[Batch]:
+    return [pipe.run() for _ in range(count)]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +128,7 @@ def test_epoch_size_and_reader_meta_name_every_reader_without_a_name(data: Path)
     assert meta["epoch_size"] == 7
     assert pipe.reader_meta() == {"Reader": meta}
     pipe.reset()  # a stream goes on into the next epoch: nothing to reset
-    assert len(run_batches(pipe, 3)[-1][0]) == 3  # 9 samples: past the 7 of an epoch
+    assert len(first_batches(pipe, 3)[-1][0]) == 3  # 9 samples: past the 7 of an epoch
 
 
 def test_output_dtype_and_ndim_are_checked(data: Path) -> None:
@@ -149,10 +153,14 @@ def test_dali_arguments_that_do_not_apply_are_accepted_and_change_nothing(data: 
                        py_start_method="spawn", py_num_workers=4, set_affinity=True)
     assert tuned.spec == plain.spec
     assert (tuned.exec_async, tuned.exec_pipelined) == (False, False)
-    assert [batch_bytes(b) for b in run_batches(tuned, 2)] == \
-        [batch_bytes(b) for b in run_batches(plain, 2)]
+    assert [batch_bytes(b) for b in first_batches(tuned, 2)] == \
+        [batch_bytes(b) for b in first_batches(plain, 2)]
+
+    def misspelt(image_dir: str) -> Any:
+        return fn.readers.file(file_root=image_dir)
+
     with pytest.raises(InvalidArgument, match="unknown pipeline argument"):
-        conveyor_pipeline_def(batch_size=3, exec_asinc=False)(dali_style.__wrapped__)(str(data))
+        conveyor_pipeline_def(batch_size=3, exec_asinc=False)(misspelt)(str(data))
 
 
 def test_the_old_spellings_still_work(data: Path) -> None:
