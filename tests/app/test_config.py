@@ -320,7 +320,7 @@ def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: 
     assert cli(["spec", "my_pipelines:train", root]) == 0
     (tmp_path / "train.json").write_text(capsys.readouterr().out)
     entry = configuration.PipelineEntry(name="train", spec_file=str(tmp_path / "train.json"))
-    assert load_spec(entry, 0) == rotate_pipeline(root)
+    assert load_spec(entry, 0) == rotate_pipeline(root).spec
     assert cli(["spec", "my_pipelines:nothing"]) == 1
     assert "cannot load my_pipelines:nothing" in capsys.readouterr().err
     assert cli(["spec", "my_pipelines:train"]) == 1  # missing argument
