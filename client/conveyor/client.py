@@ -10,16 +10,17 @@ reason and metadata.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
-from conveyor.connection import Connection, addresses
+from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
-from conveyor.remote import RemotePipeline
+from conveyor.remote import RemotePipeline, say_where_it_failed
 from conveyor.spec import Definition, as_spec
 from conveyor.v1 import service_pb2
 
@@ -57,10 +58,7 @@ class Client:
         certificate and present this client's (None: ``TlsOptions.from_env()``, the
         ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
         environment says); see ``credentials.py``."""
-        targets = [target] if isinstance(target, str) else list(target)
-        self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
-        if not self.targets:
-            raise errors.InvalidArgument("Client needs at least one server address")
+        self.targets = server_targets(target, "conveyor.Client", "target")
         self.target = self.targets[0]
         self.timeout = timeout
         self.stream_timeout = stream_timeout
@@ -71,9 +69,16 @@ class Client:
         self._keepalive = (keepalive_s, keepalive_timeout_s)
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
+        #: The pipelines handed out, whose streams ``close()`` ends first.
+        self._pipelines: weakref.WeakSet[RemotePipeline] = weakref.WeakSet()
         self._preferred = self.targets[0]
 
     # -- servers ---------------------------------------------------------------------
+
+    def adopt(self, pipeline: RemotePipeline) -> None:
+        """Remember ``pipeline`` (as long as it lives), so that ``close()`` ends its stream."""
+        with self._lock:
+            self._pipelines.add(pipeline)
 
     def connection(self, address: str) -> Connection:
         """The (shared) connection to ``address``."""
@@ -101,9 +106,8 @@ class Client:
                 raise
             failure = exc
         # Only now are the other servers looked up (DNS is asked again each time).
-        for address in self.servers():
-            if address == self._preferred:
-                continue
+        others = [a for a in self.servers() if a != self._preferred]
+        for address in others:
             try:
                 reply = self.connection(address).call(method, request,
                                                       timeout or self.timeout)
@@ -113,6 +117,7 @@ class Client:
                 continue
             self._preferred = address
             return reply
+        say_where_it_failed(failure, self._preferred, others, method)
         raise failure
 
     # -- pipelines -------------------------------------------------------------------
@@ -140,7 +145,7 @@ class Client:
         ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
         one-rank sequence; a job goes on with any world size from the latest step all its
         ranks checkpointed (or from ``consumed``, the trainer's own step). See
-        ``job_opening.py``."""
+        ``opening.py``."""
         return open_pipeline(self, name, as_spec(spec), run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
                              world_size=world_size)
@@ -234,10 +239,20 @@ class Client:
             name=name, keep_checkpoints=keep_checkpoints, force=force))
 
     def close(self) -> None:
+        """Close every connection (their streams are cancelled); within
+        ``connection.CLOSE_WAIT_S`` whatever state the servers are in, and from any thread
+        or finaliser (see ``connection.py``). The pipelines it handed out are closed first
+        (``RemotePipeline.close``: their streams' request threads end, their calls are
+        cancelled and let go of), so no call is left for gRPC's threads to finish. The
+        client may be used again afterwards: it connects anew."""
         with self._lock:
-            for conn in self._connections.values():
-                conn.close()
+            pipelines = list(self._pipelines)
+        for pipeline in pipelines:
+            pipeline.close()
+        with self._lock:
+            connections = list(self._connections.values())
             self._connections.clear()
+        close_connections(connections)
 
     def __enter__(self) -> Client:
         return self
