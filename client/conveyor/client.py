@@ -21,7 +21,8 @@ from conveyor.connection import Connection, addresses, close_connections, server
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
 from conveyor.remote import RemotePipeline, say_where_it_failed
-from conveyor.v1 import pipeline_pb2, service_pb2
+from conveyor.spec import Definition, as_spec
+from conveyor.v1 import service_pb2
 
 
 @dataclass(frozen=True)
@@ -121,17 +122,18 @@ class Client:
 
     # -- pipelines -------------------------------------------------------------------
 
-    def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
+    def create(self, name: str, spec: Definition, *,
                keep_checkpoints: int = 0, run_id: str = "",
                job: service_pb2.JobShare | None = None) -> RemotePipeline:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
         that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
         data-parallel job's rank, as ``open`` makes it."""
         reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
-            name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id, job=job))
+            name=name, spec=as_spec(spec), keep_checkpoints=keep_checkpoints, run_id=run_id,
+            job=job))
         return RemotePipeline(self, reply.pipeline, via=self._preferred)
 
-    def open(self, name: str, spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+    def open(self, name: str, spec: Definition, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
              keep_checkpoints: int = 0) -> RemotePipeline:
         """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
@@ -144,12 +146,12 @@ class Client:
         one-rank sequence; a job goes on with any world size from the latest step all its
         ranks checkpointed (or from ``consumed``, the trainer's own step). See
         ``opening.py``."""
-        return open_pipeline(self, name, spec, run_id=run_id, consumed=consumed,
+        return open_pipeline(self, name, as_spec(spec), run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
                              world_size=world_size)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
-                spec: pipeline_pb2.PipelineSpec | None = None,
+                spec: Definition | None = None,
                 keep_checkpoints: int = 0, consumed: int | None = None,
                 via: str | None = None, run_id: str | None = None,
                 job: service_pb2.JobShare | None = None) -> RemotePipeline:
@@ -168,7 +170,7 @@ class Client:
         else:
             request.data = bytes(checkpoint)
         if spec is not None:
-            request.spec.CopyFrom(spec)
+            request.spec.CopyFrom(as_spec(spec))
         if consumed is not None:
             request.consumed = consumed  # checked by the server before it takes the name
         if run_id is not None:
@@ -181,7 +183,7 @@ class Client:
                               via=via or self._preferred)
 
     def resume(self, name: str, consumed: int, *,
-               spec: pipeline_pb2.PipelineSpec | None = None,
+               spec: Definition | None = None,
                keep_checkpoints: int = 0, via: str | None = None,
                checkpoints: Sequence[service_pb2.CheckpointInfo] | None = None,
                run_id: str | None = None) -> RemotePipeline:

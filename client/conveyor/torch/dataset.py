@@ -34,8 +34,8 @@ from conveyor.client import Checkpoint, Client
 from conveyor.connection import PIPELINE_HINT, server_targets
 from conveyor.errors import DataLoss, FailedPrecondition, InvalidArgument
 from conveyor.remote import RemotePipeline
+from conveyor.spec import Definition, as_spec
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import pipeline_pb2
 
 #: The version of ``state_dict()``'s layout.
 STATE_VERSION = 1
@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 class ConveyorDataset(IterableDataset):
     def __init__(self, servers: str | Sequence[str], name: str,
-                 spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+                 spec: Definition, *, run_id: str | None = None,
                  rank: int | None = None, world_size: int | None = None,
                  device: Any = None, pin_memory: bool = False,
                  client_options: dict[str, Any] | None = None) -> None:
@@ -62,7 +62,7 @@ class ConveyorDataset(IterableDataset):
         keyword arguments for ``conveyor.Client`` (TLS, token file, timeouts)."""
         super().__init__()
         server_targets(servers, "conveyor.torch.ConveyorDataset", hint=PIPELINE_HINT)
-        self.servers, self.name, self.spec = servers, name, spec
+        self.servers, self.name, self.spec = servers, name, as_spec(spec)
         self.run_id = run_id
         self.rank, self.world_size = _share(rank, world_size)
         if pin_memory and not _can_pin():
