@@ -38,13 +38,13 @@ class Acknowledgements:
         if not self._news.is_set():
             self._news.set()
 
-    def close(self, wait: float = 0.0) -> None:
+    def close(self, wait: float = 0.0) -> bool:
         """Send the newest count (if it moved) and end the request side; wait up to
-        ``wait`` seconds until gRPC has sent it."""
+        ``wait`` seconds until gRPC has sent it. True once it has (the server then ends the
+        call when it has taken the count)."""
         self._closed = True
         self._news.set()
-        if wait:
-            self._sent_all.wait(wait)
+        return self._sent_all.wait(wait) if wait else self._sent_all.is_set()
 
     def requests(self) -> Iterator[service_pb2.StreamBatchesRequest]:
         yield self._first

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -100,7 +101,14 @@ class RemotePipeline:
         out first (a healthy stream being closed; a broken one has nothing to send on)."""
         if self._acks is not None:
             # (At interpreter exit gRPC's threads are stopped: nothing would be sent.)
-            self._acks.close(0.0 if sys.is_finalizing() else flush)
+            flush = 0.0 if sys.is_finalizing() else flush
+            deadline = time.monotonic() + flush
+            if self._acks.close(flush) and self._responses is not None:
+                # The last count is on its way and the request side ended: the server ends
+                # the call once it has taken the count. Cancelling before that could drop it.
+                ended = threading.Event()
+                self._responses.add_done_callback(lambda _call: ended.set())
+                ended.wait(max(0.0, deadline - time.monotonic()))
         if self._responses is not None:
             self._responses.cancel()
         self._acks = self._responses = None

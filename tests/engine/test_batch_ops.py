@@ -298,7 +298,7 @@ def test_a_computed_batch_holds_its_outputs_and_no_intermediates(data: Path) -> 
 def test_closing_a_pipeline_under_a_consumer_ends_its_wait(data: Path, threads: int) -> None:
     """close() on another thread cancels the batch run() waits for, whichever phase it is
     in (later phases are queued behind other batches), so run() raises instead of hanging."""
-    spec = training(str(data), threads=threads)
+    spec = training(str(data), threads=threads).spec
     spec.prefetch_queue_depth = 4
     for attempt in range(30):
         pipe = Pipeline(spec)

@@ -66,7 +66,7 @@ class BatchStreams:
         log.info("stream of %s started at batch %d for %s", hosted.name, first.consumed, peer,
                  extra={"pipeline": hosted.name, "batches": first.consumed, "peer": peer})
         self._observer.stream_opened()
-        acks = AckReader(requests, hosted, token)
+        acks = AckReader(requests, hosted, token, context)
         acks.start()
         fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
         try:
@@ -193,13 +193,20 @@ class BatchStreams:
 
 class AckReader(threading.Thread):
     """Reads the consumer's acknowledgements on a thread of its own. A malformed one is
-    kept in ``error``, and the stream ends with it (INVALID_ARGUMENT)."""
+    kept in ``error``, and the stream ends with it (INVALID_ARGUMENT).
 
-    def __init__(self, requests: Requests, hosted: HostedPipeline, token: int) -> None:
+    A consumer that closes its stream sends its last count and then ends its requests (a
+    half-close): once that count is taken, the call is ended here (``context.cancel()``, so
+    also while the send loop waits on flow control), and the consumer, which waits for its
+    call to end before cancelling it, knows its last count arrived."""
+
+    def __init__(self, requests: Requests, hosted: HostedPipeline, token: int,
+                 context: grpc.ServicerContext) -> None:
         super().__init__(name=f"acks-{hosted.name}", daemon=True)
         self._requests = requests
         self._hosted = hosted
         self._token = token
+        self._context = context
         self.error: ConveyorError | None = None
 
     def run(self) -> None:
@@ -208,5 +215,7 @@ class AckReader(threading.Thread):
                 self._hosted.acknowledge(request.consumed, self._token)
         except ConveyorError as exc:
             self.error = exc
+            return
         except Exception:  # the stream ended: nothing more to acknowledge
             return
+        self._context.cancel()  # the consumer is done: its last count is in

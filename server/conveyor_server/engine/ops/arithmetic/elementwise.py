@@ -1,9 +1,13 @@
 """The expression operators' element rules (``expressions.py`` states them in words):
 DALI's type promotions, for two tensors and for a tensor with a Python constant, and the
 integer and float routines C defines but numpy lacks (truncating division, C's ``%``,
-IEEE remainder, integer powers)."""
+IEEE remainder, integer powers), and the transcendental functions computed by the C
+library one value at a time (``libm``), not by numpy's SIMD loops."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -89,3 +93,84 @@ def int_pow(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
     odd = (exponent % 2) != 0
     inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
     return np.where(negative, inverse, power).astype(base.dtype)
+
+
+# -- transcendental functions, the same bits on every SIMD level -----------------------------
+#
+# numpy's float64 exp, log, the trigonometric functions, atan2 and power run on AVX-512 CPUs
+# through their own vector routines (SVML), whose last bits differ from those numpy runs on
+# an AVX2 CPU (tests/engine/test_cpu_paths.py found atan2, asin, acos, tan, exp and log10
+# apart). The C library's scalar functions do not follow the SIMD level numpy dispatches on:
+# they are called here one value at a time (about 0.1 us a value), with numpy's answers
+# where C raises (a domain error is NaN, log of 0 is -inf, an overflow is +-inf).
+
+
+def _log_of(function: Callable[[float], float]) -> Callable[[float], float]:
+    def log(x: float) -> float:
+        if x == 0.0:
+            return -math.inf
+        if x < 0.0 or math.isnan(x):
+            return math.nan
+        return function(x)
+    return log
+
+
+def _guarded(function: Callable[[float], float]) -> Callable[[float], float]:
+    def guarded(x: float) -> float:
+        try:
+            return function(x)
+        except ValueError:  # outside the domain (asin(2), sin(inf))
+            return math.nan
+        except OverflowError:  # exp of a large value
+            return math.inf
+    return guarded
+
+
+def _pow(base: float, exponent: float) -> float:
+    try:
+        return math.pow(base, exponent)
+    except ValueError:  # a negative base to a fractional power; 0 to a negative power
+        if base != 0.0:
+            return math.nan
+        odd = exponent.is_integer() and int(exponent) % 2 == 1
+        return math.copysign(math.inf, base) if odd else math.inf
+    except OverflowError:
+        odd = exponent.is_integer() and int(exponent) % 2 == 1
+        return -math.inf if base < 0.0 and odd else math.inf
+
+
+def _atan2(y: float, x: float) -> float:
+    return math.atan2(y, x)
+
+
+_SCALAR_UNARY: dict[str, Callable[[float], float]] = {
+    "exp": _guarded(math.exp), "log": _log_of(math.log), "log2": _log_of(math.log2),
+    "log10": _log_of(math.log10), "sin": _guarded(math.sin), "cos": _guarded(math.cos),
+    "tan": _guarded(math.tan), "asin": _guarded(math.asin), "acos": _guarded(math.acos),
+    "atan": _guarded(math.atan),
+}
+_SCALAR_BINARY: dict[str, Callable[[float, float], float]] = {"pow": _pow, "atan2": _atan2}
+
+
+def libm_unary(name: str, values: np.ndarray) -> np.ndarray:
+    """``name`` (exp, log, log2, log10, sin, cos, tan, asin, acos, atan) of float64 values,
+    by the C library, as a new float64 array."""
+    function = np.frompyfunc(_SCALAR_UNARY[name], 1, 1)
+    return np.asarray(function(values.astype(FLOAT64, copy=False)), dtype=FLOAT64)
+
+
+def libm_binary(name: str, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``name`` (pow, atan2) of float64 values, broadcast, by the C library."""
+    function = np.frompyfunc(_SCALAR_BINARY[name], 2, 1)
+    return np.asarray(function(left.astype(FLOAT64, copy=False),
+                               right.astype(FLOAT64, copy=False)), dtype=FLOAT64)
+
+
+#: The unary functions numpy computes exactly on every SIMD level (IEEE operations).
+EXACT_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil}
+def float_function(name: str, values: np.ndarray) -> np.ndarray:
+    """``name`` of float64 values, the same bits on every CPU of one C library."""
+    if name in EXACT_UNARY:
+        return np.asarray(EXACT_UNARY[name](values))
+    return libm_unary(name, values)

@@ -34,14 +34,15 @@ to ``x / y``, ties to even). Where C leaves it undefined this engine defines it:
 base of 1, +-1 for a base of -1). ``& | ^`` take integers or bools only. ``-`` and ``abs``
 of a bool are the bool itself; of an unsigned integer, ``-`` wraps and ``abs`` is the value.
 
-Exactness: float16 and float32 transcendental functions (``exp``, ``sin``, ``pow``, ...)
-are computed in float64 and rounded once to the output type, so the result does not depend
-on which SIMD code of numpy ran; every output is a new, C-contiguous array.
+Exactness: the transcendental functions (``exp``, ``log``, the trigonometric ones,
+``atan2``, float ``pow``) are computed by the C library one value at a time in float64
+(``elementwise.py``: numpy's own loops give other last bits on AVX-512 CPUs than on AVX2
+ones) and rounded once to the output type; every output is a new, C-contiguous array.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ from conveyor_server.engine.ops.arithmetic.elementwise import (
     BOOL,
     FLOAT32,
     FLOAT64,
+    float_function,
     float_result,
     ieee_remainder,
     int_div,
@@ -59,6 +61,7 @@ from conveyor_server.engine.ops.arithmetic.elementwise import (
     int_pow,
     is_float,
     is_integer,
+    libm_binary,
     promote,
     weak,
 )
@@ -72,11 +75,6 @@ COMPARISONS = {"eq": np.equal, "neq": np.not_equal, "lt": np.less, "leq": np.les
 BITWISE = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor}
 #: The binary operations whose result is a float even for integer operands.
 FLOAT_RESULT = frozenset({"fdiv", "atan2"})
-FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "log2": np.log2, "log10": np.log10,
-    "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-}
 
 
 # -- the operations ----------------------------------------------------------------------
@@ -161,11 +159,11 @@ def binary(op: str, left: np.ndarray, right: np.ndarray, out_type: np.dtype,
     if op == "pow":
         if is_integer(out_type):
             return int_pow(x, y)
-        return np.power(_wide(x), _wide(y)).astype(out_type)
+        return libm_binary("pow", _wide(x), _wide(y)).astype(out_type)
     if op == "fdiv":
         return np.asarray(x / y)
     if op == "atan2":
-        return np.arctan2(_wide(x), _wide(y)).astype(out_type)
+        return libm_binary("atan2", _wide(x), _wide(y)).astype(out_type)
     raise AssertionError(op)  # pragma: no cover - the schema lists the operations
 
 
@@ -186,8 +184,8 @@ def unary(op: str, values: np.ndarray) -> np.ndarray:
         return values.copy() if dtype == BOOL or dtype.kind == "u" else np.abs(values)
     out_type = float_result(dtype)
     if dtype == FLOAT64:
-        return np.asarray(FLOAT_FUNCTIONS[op](values))
-    return np.asarray(FLOAT_FUNCTIONS[op](values.astype(FLOAT64))).astype(out_type)
+        return float_function(op, values)
+    return float_function(op, values.astype(FLOAT64)).astype(out_type)
 
 
 def _fresh(result: np.ndarray, inputs: Sequence[np.ndarray]) -> np.ndarray:
