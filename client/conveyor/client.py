@@ -1,7 +1,9 @@
 """The Conveyor client: ``Client(addresses)`` and the ``RemotePipeline`` it hands out.
 
 A client knows one or more servers: a list of addresses, or a DNS name that resolves to
-several (a headless Service). A call goes to the first that answers; a pipeline's stream
+several (a headless Service). A new pipeline (``create``, ``open``, ``restore`` without
+``via``) is placed on a lightly loaded live server of the fleet (``placement.py``); any
+other call goes to the first that answers; a pipeline's stream
 and checkpoints go to the server that holds it (``remote.py``), and follow it when it
 moves. Server errors surface as the classes of ``conveyor.errors``, with the server's
 reason and metadata.
@@ -9,6 +11,7 @@ reason and metadata.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIME
 from conveyor.connection import Connection, addresses
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
+from conveyor.placement import Placement, call_placed, fleet
 from conveyor.remote import RemotePipeline
 from conveyor.v1 import pipeline_pb2, service_pb2
 
@@ -44,7 +48,8 @@ class Client:
                  stream_timeout: float | None = None,
                  keepalive_s: float = KEEPALIVE_TIME_S,
                  keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
-                 failover: bool = True) -> None:
+                 failover: bool = True,
+                 placement_seed: int | random.Random | None = None) -> None:
         """``target``: a server address, several (a list, or comma-separated), or a DNS
         name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
         is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
@@ -55,7 +60,15 @@ class Client:
         ``$CONVEYOR_TOKEN_FILE``, else ``$CONVEYOR_TOKEN``). ``tls``: verify the servers'
         certificate and present this client's (None: ``TlsOptions.from_env()``, the
         ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
-        environment says); see ``credentials.py``."""
+        environment says); see ``credentials.py``.
+
+        New pipelines (``create``, ``open``, ``restore`` without ``via``) are placed by two
+        random choices weighted by free capacity: two live servers drawn with weights of
+        their free pipeline slots times their idle fraction, the less loaded of the two
+        taking it; draining and full servers are skipped. The fleet is learnt from the
+        servers' records in Redis through any target (``placement.py``).
+        ``placement_seed``: the seed (or the ``random.Random``) of those draws, for a
+        repeatable placement; None: a fresh one."""
         targets = [target] if isinstance(target, str) else list(target)
         self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
         if not self.targets:
@@ -71,6 +84,8 @@ class Client:
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self._preferred = self.targets[0]
+        self._placement = Placement(placement_seed if isinstance(placement_seed, random.Random)
+                                    else random.Random(placement_seed))
 
     # -- servers ---------------------------------------------------------------------
 
@@ -86,6 +101,14 @@ class Client:
     def servers(self) -> list[str]:
         """Every server address the targets name now (DNS is asked again each time)."""
         return addresses(self.targets)
+
+    def fleet(self) -> list[service_pb2.ServerInfo]:
+        """The live servers with their capacity and load, as they last published them."""
+        return fleet(self)
+
+    def _placed(self, method: str, request: Any) -> tuple[Any, str]:
+        """``method`` on the server placement chooses: the reply and that server."""
+        return call_placed(self, self._placement, method, request)
 
     def _call(self, method: str, request: Any, timeout: float | None = None, *,
               via: str | None = None) -> Any:
@@ -122,9 +145,9 @@ class Client:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
         that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
         data-parallel job's rank, as ``open`` makes it."""
-        reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
+        reply, holder = self._placed("CreatePipeline", service_pb2.CreatePipelineRequest(
             name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id, job=job))
-        return RemotePipeline(self, reply.pipeline, via=self._preferred)
+        return RemotePipeline(self, reply.pipeline, via=holder)
 
     def open(self, name: str, spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
@@ -152,7 +175,7 @@ class Client:
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
         after it): the stream then starts after them, so none is received twice.
-        ``via``: the server to host it on (by default the first that answers).
+        ``via``: the server to host it on (by default one placed as ``create`` places).
         ``run_id``: the run it belongs to from now on (by default the checkpoint's).
         ``job``: a data-parallel job's rank starting at the share's step (``open``)."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
@@ -170,10 +193,12 @@ class Client:
             request.run_id = run_id
         if job is not None:
             request.job.CopyFrom(job)
-        reply = self._call("Restore", request, via=via)
+        if via is None:
+            reply, via = self._placed("Restore", request)
+        else:
+            reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
-        return RemotePipeline(self, reply.pipeline, consumed=consumed,
-                              via=via or self._preferred)
+        return RemotePipeline(self, reply.pipeline, consumed=consumed, via=via)
 
     def resume(self, name: str, consumed: int, *,
                spec: pipeline_pb2.PipelineSpec | None = None,
