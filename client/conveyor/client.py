@@ -49,7 +49,8 @@ class Client:
                  keepalive_s: float = KEEPALIVE_TIME_S,
                  keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
                  failover: bool = True,
-                 placement_seed: int | random.Random | None = None) -> None:
+                 placement_seed: int | random.Random | None = None,
+                 place: bool = True) -> None:
         """``target``: a server address, several (a list, or comma-separated), or a DNS
         name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
         is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
@@ -68,7 +69,9 @@ class Client:
         taking it; draining and full servers are skipped. The fleet is learnt from the
         servers' records in Redis through any target (``placement.py``).
         ``placement_seed``: the seed (or the ``random.Random``) of those draws, for a
-        repeatable placement; None: a fresh one."""
+        repeatable placement; None: a fresh one. ``place``: False sends new pipelines to
+        the targets too, as every other call (a server creating its own configured
+        pipelines through its API)."""
         targets = [target] if isinstance(target, str) else list(target)
         self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
         if not self.targets:
@@ -84,8 +87,9 @@ class Client:
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self._preferred = self.targets[0]
-        self._placement = Placement(placement_seed if isinstance(placement_seed, random.Random)
-                                    else random.Random(placement_seed))
+        self._placement = None if not place else Placement(
+            placement_seed if isinstance(placement_seed, random.Random)
+            else random.Random(placement_seed))
 
     # -- servers ---------------------------------------------------------------------
 
@@ -108,6 +112,8 @@ class Client:
 
     def _placed(self, method: str, request: Any) -> tuple[Any, str]:
         """``method`` on the server placement chooses: the reply and that server."""
+        if self._placement is None:
+            return self._call(method, request), self._preferred
         return call_placed(self, self._placement, method, request)
 
     def _call(self, method: str, request: Any, timeout: float | None = None, *,
