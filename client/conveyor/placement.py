@@ -19,12 +19,14 @@ the client's own credentials and TLS. A server that refuses it as full or draini
 cannot be reached (its record outlives it by a few seconds), or refuses a restore for its
 engine (``EngineMismatch``: a fleet of mixed versions), is left out and the choice
 made again among the rest. Without a fleet to choose from (servers from before
-``ListServers``, or none published yet) the call goes to the first server that answers,
-as every other call does.
+``ListServers``, none published yet, or none of them reachable at the address it
+advertises, which must then be set: ``advertise``) the call goes to the first server that
+answers, as every other call does.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,7 @@ from conveyor.v1 import service_pb2
 if TYPE_CHECKING:
     from conveyor.client import Client
 
+log = logging.getLogger("conveyor.client")
 #: The least idle fraction a server is weighed with: a fully busy server with free slots
 #: is still drawn now and then (its busy fraction is a recent average, not a promise).
 MIN_IDLE = 0.1
@@ -100,16 +103,15 @@ def call_placed(client: Client, placement: Placement, method: str,
             raise
         servers = []  # servers from before the fleet records
     refused: set[str] = set()
-    failure: errors.ConveyorError | None = None
     while (chosen := placement.choose(servers, frozenset(refused))) is not None:
         try:
             return client.connection(chosen.address).call(method, request,
                                                           client.timeout), chosen.address
         except (errors.ResourceExhausted, errors.Unavailable, errors.EngineMismatch) as exc:
-            # Full since it published, draining, gone, or (a restore) computing other
-            # bytes than the checkpoint's server: choose again among the rest.
+            # Full since it published, draining, gone, not reachable at the address it
+            # advertises, or (a restore) computing other bytes than the checkpoint's
+            # server: choose again among the rest.
+            log.info("conveyor: %s did not take %s: %s", chosen.address, method, exc.message)
             refused.add(chosen.address)
-            failure = exc
-    if failure is not None:
-        raise failure
+    # None could: the first server that answers takes it, or says why it cannot.
     return client._call(method, request), client._preferred
