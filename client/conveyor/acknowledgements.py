@@ -51,13 +51,14 @@ class Acknowledgements:
         sent = self._first.consumed
         while True:
             self._news.wait()
-            # Read before the count: close() comes after the last advance(), so a count
-            # read after seeing it closed is the final one. (Checking _closed only after
-            # reading the count could end the stream without its final count.)
-            closing = self._closed
-            if not closing:
+            if not self._closed:
                 time.sleep(ACK_INTERVAL_S)  # gather what is consumed meanwhile
             self._news.clear()
+            # Read after clearing the news (a close() during the sleep set news this clear
+            # dropped: seen here, or its news is set again) and before the count (close()
+            # comes after the last advance(), so a count read after seeing it closed is
+            # the final one).
+            closing = self._closed
             consumed = self._consumed
             if consumed != sent:
                 sent = consumed

@@ -37,6 +37,7 @@ from google.protobuf import json_format, text_format
 from conveyor.client import Client
 from conveyor.credentials import add_tls_arguments, tls_from_args
 from conveyor.errors import ConveyorError, InvalidArgument, Unavailable
+from conveyor.spec import as_spec
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2, service_pb2
 
@@ -273,15 +274,17 @@ def _export_spec(target: str, arguments: Sequence[str], fmt: str) -> None:
     except (ImportError, AttributeError) as exc:
         raise InvalidArgument(f"cannot load {target}: {exc}") from None
     try:
-        spec = function(*arguments)
+        definition = function(*arguments)
     except ConveyorError:
         raise
     except Exception as exc:
         raise InvalidArgument(f"{target}{tuple(arguments)!r} failed: "
                               f"{type(exc).__name__}: {exc}") from None
-    if not isinstance(spec, pipeline_pb2.PipelineSpec):
-        raise InvalidArgument(f"{target} returned {type(spec).__name__}, not a pipeline spec "
-                              "(decorate it with @pipeline_def)")
+    try:
+        spec = as_spec(definition)
+    except InvalidArgument:
+        raise InvalidArgument(f"{target} returned {type(definition).__name__}, not a pipeline "
+                              "spec (decorate it with @pipeline_def)") from None
     print(json_format.MessageToJson(spec) if fmt == "json"
           else text_format.MessageToString(spec), end="" if fmt == "textproto" else "\n")
 

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import random
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
-from conveyor.connection import Connection, addresses
+from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
 from conveyor.placement import Placement, call_placed, fleet
-from conveyor.remote import RemotePipeline
-from conveyor.v1 import pipeline_pb2, service_pb2
+from conveyor.remote import RemotePipeline, say_where_it_failed
+from conveyor.spec import Definition, as_spec
+from conveyor.v1 import service_pb2
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,7 @@ class Client:
         repeatable placement; None: a fresh one. ``place``: False sends new pipelines to
         the targets too, as every other call (a server creating its own configured
         pipelines through its API)."""
-        targets = [target] if isinstance(target, str) else list(target)
-        self.targets = [t.strip() for item in targets for t in item.split(",") if t.strip()]
-        if not self.targets:
-            raise errors.InvalidArgument("Client needs at least one server address")
+        self.targets = server_targets(target, "conveyor.Client", "target")
         self.target = self.targets[0]
         self.timeout = timeout
         self.stream_timeout = stream_timeout
@@ -86,12 +85,19 @@ class Client:
         self._keepalive = (keepalive_s, keepalive_timeout_s)
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
+        #: The pipelines handed out, whose streams ``close()`` ends first.
+        self._pipelines: weakref.WeakSet[RemotePipeline] = weakref.WeakSet()
         self._preferred = self.targets[0]
         self._placement = None if not place else Placement(
             placement_seed if isinstance(placement_seed, random.Random)
             else random.Random(placement_seed))
 
     # -- servers ---------------------------------------------------------------------
+
+    def adopt(self, pipeline: RemotePipeline) -> None:
+        """Remember ``pipeline`` (as long as it lives), so that ``close()`` ends its stream."""
+        with self._lock:
+            self._pipelines.add(pipeline)
 
     def connection(self, address: str) -> Connection:
         """The (shared) connection to ``address``."""
@@ -129,9 +135,8 @@ class Client:
                 raise
             failure = exc
         # Only now are the other servers looked up (DNS is asked again each time).
-        for address in self.servers():
-            if address == self._preferred:
-                continue
+        others = [a for a in self.servers() if a != self._preferred]
+        for address in others:
             try:
                 reply = self.connection(address).call(method, request,
                                                       timeout or self.timeout)
@@ -141,21 +146,23 @@ class Client:
                 continue
             self._preferred = address
             return reply
+        say_where_it_failed(failure, self._preferred, others, method)
         raise failure
 
     # -- pipelines -------------------------------------------------------------------
 
-    def create(self, name: str, spec: pipeline_pb2.PipelineSpec, *,
+    def create(self, name: str, spec: Definition, *,
                keep_checkpoints: int = 0, run_id: str = "",
                job: service_pb2.JobShare | None = None) -> RemotePipeline:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
         that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
         data-parallel job's rank, as ``open`` makes it."""
         reply, holder = self._placed("CreatePipeline", service_pb2.CreatePipelineRequest(
-            name=name, spec=spec, keep_checkpoints=keep_checkpoints, run_id=run_id, job=job))
+            name=name, spec=as_spec(spec), keep_checkpoints=keep_checkpoints, run_id=run_id,
+            job=job))
         return RemotePipeline(self, reply.pipeline, via=holder)
 
-    def open(self, name: str, spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+    def open(self, name: str, spec: Definition, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
              keep_checkpoints: int = 0) -> RemotePipeline:
         """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
@@ -167,13 +174,13 @@ class Client:
         ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
         one-rank sequence; a job goes on with any world size from the latest step all its
         ranks checkpointed (or from ``consumed``, the trainer's own step). See
-        ``job_opening.py``."""
-        return open_pipeline(self, name, spec, run_id=run_id, consumed=consumed,
+        ``opening.py``."""
+        return open_pipeline(self, name, as_spec(spec), run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
                              world_size=world_size)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
-                spec: pipeline_pb2.PipelineSpec | None = None,
+                spec: Definition | None = None,
                 keep_checkpoints: int = 0, consumed: int | None = None,
                 via: str | None = None, run_id: str | None = None,
                 job: service_pb2.JobShare | None = None) -> RemotePipeline:
@@ -192,7 +199,7 @@ class Client:
         else:
             request.data = bytes(checkpoint)
         if spec is not None:
-            request.spec.CopyFrom(spec)
+            request.spec.CopyFrom(as_spec(spec))
         if consumed is not None:
             request.consumed = consumed  # checked by the server before it takes the name
         if run_id is not None:
@@ -207,7 +214,7 @@ class Client:
         return RemotePipeline(self, reply.pipeline, consumed=consumed, via=via)
 
     def resume(self, name: str, consumed: int, *,
-               spec: pipeline_pb2.PipelineSpec | None = None,
+               spec: Definition | None = None,
                keep_checkpoints: int = 0, via: str | None = None,
                checkpoints: Sequence[service_pb2.CheckpointInfo] | None = None,
                run_id: str | None = None) -> RemotePipeline:
@@ -263,10 +270,20 @@ class Client:
             name=name, keep_checkpoints=keep_checkpoints, force=force))
 
     def close(self) -> None:
+        """Close every connection (their streams are cancelled); within
+        ``connection.CLOSE_WAIT_S`` whatever state the servers are in, and from any thread
+        or finaliser (see ``connection.py``). The pipelines it handed out are closed first
+        (``RemotePipeline.close``: their streams' request threads end, their calls are
+        cancelled and let go of), so no call is left for gRPC's threads to finish. The
+        client may be used again afterwards: it connects anew."""
         with self._lock:
-            for conn in self._connections.values():
-                conn.close()
+            pipelines = list(self._pipelines)
+        for pipeline in pipelines:
+            pipeline.close()
+        with self._lock:
+            connections = list(self._connections.values())
             self._connections.clear()
+        close_connections(connections)
 
     def __enter__(self) -> Client:
         return self

@@ -4,14 +4,30 @@ A ``Connection`` makes unary calls and opens batch streams with the project's ch
 options and keepalive, over TLS when the client has ``TlsOptions`` (``credentials.py``);
 a failed call is raised as the ``conveyor.errors`` class the server
 named in its ``ErrorInfo`` (else the one of its status code), with its metadata.
-``addresses`` turns the client's targets into server addresses: a DNS name that resolves
+``server_targets`` checks what a caller gave as its servers (``Client`` and every adapter
+call it); ``addresses`` turns those targets into server addresses: a DNS name that resolves
 to several (a headless Service) gives each of them.
+
+**Closing never hangs.** ``grpc.Channel.close()`` cancels the channel's calls, then waits
+until gRPC's own threads (the channel's "spin" thread, which handles the calls' completion
+events) have let go of each of them. That wait is forever when those threads cannot run:
+at interpreter exit (a generator holding a client, finalised by the last garbage
+collection after Python stopped every daemon thread, gRPC's included) or when the close
+runs on the spin thread itself (a finaliser the garbage collector happens to run there, a
+done-callback). So ``close_connections`` closes channels on a thread of its own and waits
+for them at most ``CLOSE_WAIT_S`` (on one of gRPC's threads: not at all; the close ends
+once that thread is free again), and at interpreter exit does not close them at all: the
+process's end frees their sockets.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
-from collections.abc import Iterator, Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -31,6 +47,10 @@ from conveyor.credentials import TlsOptions, open_channel
 from conveyor.v1 import service_pb2, service_pb2_grpc
 
 Metadata = tuple[tuple[str, str], ...]
+log = logging.getLogger("conveyor.client")
+#: The longest ``close_connections`` waits for gRPC to close the channels (it takes
+#: milliseconds whenever gRPC's threads can run, whatever state the servers are in).
+CLOSE_WAIT_S = 5.0
 
 
 class Connection:
@@ -62,7 +82,33 @@ class Connection:
         return self._stream_frames(requests, timeout=timeout, metadata=self._metadata)
 
     def close(self) -> None:
-        self._channel.close()
+        """Close the channel, its calls (cancelled) and its sockets; at most
+        ``CLOSE_WAIT_S``, never forever (see the module's doc)."""
+        close_connections([self])
+
+
+def close_connections(connections: Iterable[Connection],
+                      wait: float = CLOSE_WAIT_S) -> None:
+    """Close the connections' channels together, each on a thread of its own, waiting for
+    them at most ``wait`` seconds in all (a close still blocked then goes on in the
+    background, and is logged). At interpreter exit nothing is closed: gRPC's threads are
+    stopped, so a close would wait forever, and the exit frees the sockets."""
+    if sys.is_finalizing():
+        return
+    if _on_grpc_thread():
+        wait = 0.0  # the close needs this very thread: it completes once this returns
+    closing = []
+    for conn in connections:
+        thread = threading.Thread(target=conn._channel.close, daemon=True,
+                                  name=f"conveyor-close {conn.address}")
+        thread.start()
+        closing.append((conn, thread))
+    deadline = time.monotonic() + wait
+    for conn, thread in closing:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive() and wait:
+            log.warning("conveyor: the channel to %s did not close within %.1f s; it "
+                        "closes in the background", conn.address, wait)
 
 
 def _error_info(exc: grpc.RpcError) -> tuple[str, dict[str, str]]:
@@ -94,6 +140,60 @@ def error_of(exc: grpc.RpcError) -> errors.ConveyorError:
     batches = trailing.get(CHECKPOINT_BATCHES_KEY)
     err.checkpoint_batches = int(batches) if batches else None  # type: ignore[attr-defined]
     return err
+
+
+def _on_grpc_thread() -> bool:
+    """Whether this is one of gRPC's own threads (its channel spin thread runs the calls'
+    done-callbacks, and any finaliser the garbage collector happens to run there). A thread
+    gRPC started runs a function of its ``cygrpc`` module; should that change, a close
+    there still ends, after ``CLOSE_WAIT_S``."""
+    target = getattr(threading.current_thread(), "_target", None)
+    return getattr(target, "__module__", "") == "grpc._cython.cygrpc"
+
+
+#: An adapter's ``hint`` to ``server_targets``: a pipeline object given as the servers (as
+#: DALI's iterators take one) is the likely mistake.
+PIPELINE_HINT = (" (the pipeline is not passed here: the servers run it from spec, the third "
+                 "argument, e.g. ConveyorDataset('host:port', 'name', my_pipeline(...)))")
+
+
+def server_targets(servers: object, who: str, argument: str = "servers",
+                   hint: str = "") -> list[str]:
+    """The targets ``servers`` names, as ``Client`` and the adapters take them: a server
+    address (``"host:port"``), several separated by commas, or a DNS name resolving to
+    several, or a list (any sequence) of such strings. Anything else is a TypeError naming
+    ``who`` (the caller), its ``argument`` and the type given, raised at once (an endless
+    iterable, a pipeline object, would otherwise be read forever), ending with ``hint``.
+    ``InvalidArgument`` when no address is left."""
+    wanted = ('the address of a Conveyor server ("host:port"), several (a list of them, '
+              'or one string "host1:port,host2:port"), or a DNS name that resolves to '
+              'every server')
+    if isinstance(servers, str):
+        given: Sequence[object] = [servers]
+    elif isinstance(servers, Sequence) and not isinstance(servers, (bytes, bytearray)):
+        given = servers
+    else:
+        raise TypeError(f"{who}: {argument} must be {wanted}; got {_type_name(servers)}"
+                        f"{hint}")
+    for index, item in enumerate(given):
+        if not isinstance(item, str):
+            raise TypeError(f"{who}: {argument} must be {wanted}; item {index} is "
+                            f"{_type_name(item)}, not a string")
+    targets = [t.strip() for item in given for t in str(item).split(",") if t.strip()]
+    if not targets:
+        raise errors.InvalidArgument(f"{who}: {argument} names no server: pass {wanted}")
+    return targets
+
+
+def _type_name(value: object) -> str:
+    """``value``'s type as ``module.Name`` (builtins: ``Name``), with its value when short."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+    shown = repr(value) if isinstance(value, (int, float, bytes)) else ""
+    return f"{name} {shown}" if shown and len(shown) <= 40 else f"a {name} object"
 
 
 def addresses(targets: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from conveyor import expressions
 from conveyor import external_source as sources
 from conveyor.errors import SpecError
 from conveyor.pipeline_def import DataNode, current_builder
@@ -63,15 +64,19 @@ def _make_op(op_type: str) -> Callable[..., Any]:
 
 
 def _declared_ops() -> dict[str, Any]:
-    """The top-level operators by name, and a namespace per prefix (``readers``)."""
+    """The top-level operators by name, and a namespace per prefix (``readers``); ``math``
+    also holds DALI's ``fn.math`` functions (``conveyor.expressions``)."""
+    made = {op_type: _make_op(op_type) for op_type in SCHEMAS}
+    expressions.use_operators(made)
     top: dict[str, Any] = {}
-    grouped: dict[str, dict[str, Callable[..., Any]]] = {}
-    for op_type in SCHEMAS:
+    grouped: dict[str, dict[str, Callable[..., Any]]] = {"math": {}}
+    for op_type, op in made.items():
         prefix, dot, name = op_type.rpartition(".")
         if dot:
-            grouped.setdefault(prefix, {})[name] = _make_op(op_type)
+            grouped.setdefault(prefix, {})[name] = op
         else:
-            top[op_type] = _make_op(op_type)
+            top[op_type] = op
+    grouped["math"].update(expressions.math_functions())
     return {**top, **{prefix: SimpleNamespace(**ops) for prefix, ops in grouped.items()}}
 
 

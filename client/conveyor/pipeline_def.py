@@ -1,7 +1,9 @@
-"""``@pipeline_def``: turn a DALI-style graph function into a ``PipelineSpec``.
+"""``@pipeline_def``: turn a DALI-style graph function into a pipeline.
 
-The decorated function runs once per call to record the operators it uses; nothing is
-executed. Pipeline arguments given to the decorator can be overridden per call.
+Calling the decorated function records the operators it uses (nothing is executed) and
+returns a ``conveyor.pipeline.Pipeline``: its ``PipelineSpec`` (``.spec``) and DALI's
+methods, run in process once built. Pipeline arguments given to the decorator can be
+overridden per call; ``checkpoint=blob`` restores, as DALI's.
 """
 
 from __future__ import annotations
@@ -12,23 +14,35 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from conveyor.errors import InvalidArgument
+from conveyor.pipeline import Pipeline, RunOptions
 from conveyor.spec import SPEC_VERSION, validate_spec
 from conveyor.v1 import pipeline_pb2
 
-#: Pipeline-level arguments (as DALI's pipeline_def) and their defaults.
-PIPELINE_ARGS: dict[str, Any] = {
+#: Pipeline-level arguments (as DALI's pipeline_def) that make the spec, and their defaults.
+SPEC_ARGS: dict[str, Any] = {
     "batch_size": -1,
     "num_threads": 1,
     "seed": None,
     "enable_checkpointing": False,
     "prefetch_queue_depth": 2,
     "device_id": None,
+}
+#: DALI's pipeline arguments that are not part of the spec: what each does here is
+#: ``conveyor.pipeline.RunOptions``'s docstring (checked, or accepted with no effect).
+RUN_ARGS: dict[str, Any] = {
     "exec_async": True,
     "exec_pipelined": True,
+    "py_start_method": "fork",
+    "py_num_workers": 1,
+    "set_affinity": False,
+    "output_dtype": None,
+    "output_ndim": None,
 }
+#: Every pipeline argument ``@pipeline_def`` and its functions take.
+PIPELINE_ARGS: dict[str, Any] = {**SPEC_ARGS, **RUN_ARGS}
 
 _current: contextvars.ContextVar[GraphBuilder | None] = contextvars.ContextVar(
     "conveyor_graph", default=None
@@ -45,6 +59,51 @@ class DataNode:
 
     def ref(self) -> pipeline_pb2.OutputRef:
         return pipeline_pb2.OutputRef(op=self.op, output=self.output)
+
+    # -- DALI's arithmetic operators: each records one operator (conveyor.expressions) ----
+    def __add__(self, other: Any) -> Any: return _binary("add", self, other)
+    def __radd__(self, other: Any) -> Any: return _binary("add", other, self)
+    def __sub__(self, other: Any) -> Any: return _binary("sub", self, other)
+    def __rsub__(self, other: Any) -> Any: return _binary("sub", other, self)
+    def __mul__(self, other: Any) -> Any: return _binary("mul", self, other)
+    def __rmul__(self, other: Any) -> Any: return _binary("mul", other, self)
+    def __truediv__(self, other: Any) -> Any: return _binary("fdiv", self, other)
+    def __rtruediv__(self, other: Any) -> Any: return _binary("fdiv", other, self)
+    def __floordiv__(self, other: Any) -> Any: return _binary("div", self, other)
+    def __rfloordiv__(self, other: Any) -> Any: return _binary("div", other, self)
+    def __mod__(self, other: Any) -> Any: return _binary("mod", self, other)
+    def __rmod__(self, other: Any) -> Any: return _binary("mod", other, self)
+    def __pow__(self, other: Any) -> Any: return _binary("pow", self, other)
+    def __rpow__(self, other: Any) -> Any: return _binary("pow", other, self)
+    def __and__(self, other: Any) -> Any: return _binary("bitand", self, other)
+    def __rand__(self, other: Any) -> Any: return _binary("bitand", other, self)
+    def __or__(self, other: Any) -> Any: return _binary("bitor", self, other)
+    def __ror__(self, other: Any) -> Any: return _binary("bitor", other, self)
+    def __xor__(self, other: Any) -> Any: return _binary("bitxor", self, other)
+    def __rxor__(self, other: Any) -> Any: return _binary("bitxor", other, self)
+    def __eq__(self, other: object) -> Any: return _binary("eq", self, other)
+    def __ne__(self, other: object) -> Any: return _binary("neq", self, other)
+    def __lt__(self, other: Any) -> Any: return _binary("lt", self, other)
+    def __le__(self, other: Any) -> Any: return _binary("leq", self, other)
+    def __gt__(self, other: Any) -> Any: return _binary("gt", self, other)
+    def __ge__(self, other: Any) -> Any: return _binary("geq", self, other)
+    def __neg__(self) -> Any: return _unary("minus", self)
+    def __pos__(self) -> DataNode: return self
+    def __abs__(self) -> Any: return _unary("abs", self)
+    def __hash__(self) -> int: return hash((self.op, self.output, id(self.builder)))
+    __array_ufunc__ = None  # ``array * node``: a TypeError, not an array of nodes
+
+
+def _binary(op: str, left: Any, right: Any) -> Any:
+    from conveyor import expressions
+
+    return expressions.binary(op, left, right)
+
+
+def _unary(op: str, operand: Any) -> Any:
+    from conveyor import expressions
+
+    return expressions.unary(op, operand)
 
 
 class GraphBuilder:
@@ -80,16 +139,17 @@ def build_spec(
     graph_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     pipeline_args: dict[str, Any],
 ) -> pipeline_pb2.PipelineSpec:
-    unknown = set(pipeline_args) - set(PIPELINE_ARGS)
+    unknown = set(pipeline_args) - set(SPEC_ARGS)
     if unknown:
         raise InvalidArgument(f"pipeline_def: unknown pipeline argument(s) {sorted(unknown)}")
-    merged = {**PIPELINE_ARGS, **pipeline_args}
+    merged = {**SPEC_ARGS, **pipeline_args}
     batch_size = merged["batch_size"]
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidArgument(f"pipeline_def: argument 'batch_size': got {batch_size!r}, "
                               "expected an int >= 1")
     seed = merged["seed"]
-    if seed is None or seed == -1:
+    seed_drawn = seed is None or seed == -1
+    if seed_drawn:
         seed = secrets.randbits(63)  # drawn once, then stored in the spec
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidArgument(f"pipeline_def: argument 'seed': got {seed!r}, expected an int >= 0")
@@ -107,6 +167,7 @@ def build_spec(
         batch_size=batch_size,
         num_threads=merged["num_threads"],
         seed=seed,
+        seed_drawn=seed_drawn,
         enable_checkpointing=bool(merged["enable_checkpointing"]),
         prefetch_queue_depth=merged["prefetch_queue_depth"],
         device_id=-1 if device_id is None else int(device_id),
@@ -124,17 +185,36 @@ def build_spec(
     return spec
 
 
+@overload
+def pipeline_def(fn: Callable[..., Any], **pipeline_args: Any) -> Callable[..., Pipeline]: ...
+
+
+@overload
+def pipeline_def(
+    fn: None = None, **pipeline_args: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Pipeline]]: ...
+
+
 def pipeline_def(
     fn: Callable[..., Any] | None = None, **pipeline_args: Any
 ) -> Any:
-    """Decorator: ``@pipeline_def(batch_size=8, seed=12, ...)`` → a function returning a spec."""
+    """Decorator: ``@pipeline_def(batch_size=8, seed=12, ...)`` → a function returning a
+    ``conveyor.pipeline.Pipeline``. Each call takes the graph function's own arguments, any
+    pipeline argument (``PIPELINE_ARGS``) to override the decorator's, and
+    ``checkpoint=blob`` to restore from (where no seed is given, the checkpoint's is taken).
+    """
 
-    def decorate(graph_fn: Callable[..., Any]) -> Callable[..., pipeline_pb2.PipelineSpec]:
+    def decorate(graph_fn: Callable[..., Any]) -> Callable[..., Pipeline]:
         @functools.wraps(graph_fn)
-        def make_spec(*args: Any, **kwargs: Any) -> pipeline_pb2.PipelineSpec:
+        def make_pipeline(*args: Any, checkpoint: bytes | None = None,
+                          **kwargs: Any) -> Pipeline:
             overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in PIPELINE_ARGS}
-            return build_spec(graph_fn, args, kwargs, {**pipeline_args, **overrides})
+            given = {**pipeline_args, **overrides}
+            spec = build_spec(graph_fn, args, kwargs,
+                              {k: v for k, v in given.items() if k not in RUN_ARGS})
+            options = RunOptions(**{k: v for k, v in given.items() if k in RUN_ARGS})
+            return Pipeline(spec, checkpoint=checkpoint, options=options)
 
-        return make_spec
+        return make_pipeline
 
     return decorate(fn) if fn is not None else decorate

@@ -18,6 +18,7 @@ there. The trainer's loop never sees it; ``failovers`` counts it and the
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,6 +43,25 @@ T = TypeVar("T")
 MAX_FAILOVERS = 3
 
 
+def say_where_it_failed(exc: errors.Unavailable, server: str, others: list[str], what: str,
+                        *, failover: bool = True) -> None:
+    """Reword ``exc``, to be raised as it is (gRPC says only "Stream removed", "Socket
+    closed", "failed to connect"): the server that failed for ``what``, and why nothing
+    failed over: failover off, no other server address given (and how to give one), or
+    none of the ``others`` could take over."""
+    if not failover:
+        why = "failover is off (Client(failover=False))"
+    elif not others:
+        why = ("no other server address was given to fail over to: give the client "
+               "several (a list, or one string \"host1:port,host2:port\") or a DNS name "
+               "that resolves to every server")
+    else:
+        why = (f"none of the other servers ({', '.join(others)}) could take over (the "
+               "conveyor.client log says why)")
+    text = f"server {server} failed for {what}: {exc.message}; {why}"
+    exc.message, exc.args = text, (text,)
+
+
 class RemotePipeline:
     """A pipeline on a server, consumed like the in-process engine."""
 
@@ -62,6 +82,7 @@ class RemotePipeline:
         self._lock = threading.RLock()
         #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
         self._closing = threading.Event()
+        client.adopt(self)
 
     @property
     def consumed(self) -> int:
@@ -78,7 +99,8 @@ class RemotePipeline:
         """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
         out first (a healthy stream being closed; a broken one has nothing to send on)."""
         if self._acks is not None:
-            self._acks.close(flush)
+            # (At interpreter exit gRPC's threads are stopped: nothing would be sent.)
+            self._acks.close(0.0 if sys.is_finalizing() else flush)
         if self._responses is not None:
             self._responses.cancel()
         self._acks = self._responses = None
@@ -122,8 +144,14 @@ class RemotePipeline:
             try:
                 return call()
             except errors.ConveyorError as exc:
-                if not self.client.failover or attempt == MAX_FAILOVERS or \
-                        self._closing.is_set() or not self._move(exc):
+                if attempt == MAX_FAILOVERS or self._closing.is_set():
+                    raise
+                if not self.client.failover or not self._move(exc):
+                    if isinstance(exc, errors.Unavailable):
+                        say_where_it_failed(
+                            exc, self.via, [a for a in self.client.servers() if a != self.via],
+                            f"pipeline {self.name!r} after {self._consumed} batches",
+                            failover=self.client.failover)
                     raise
         raise AssertionError("unreachable")
 

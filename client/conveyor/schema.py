@@ -5,9 +5,9 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
 ``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. The readers' schemas (numpy, webdataset, caffe, caffe2) are in
-``reader_schemas``, the colour operators' in ``color_schemas``, and ``external_source``'s
-and ``decoders.image_slice``'s in ``source_schemas``.
+filled in. Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2),
+``color_schemas``, ``math_schemas`` (expressions) and ``source_schemas`` (``external_source``,
+``decoders.image_slice``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from conveyor import output_sizes, schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
+from conveyor.math_schemas import MATH_SCHEMAS
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
 from conveyor.source_schemas import SOURCE_SCHEMAS
 from conveyor.v1 import pipeline_pb2
@@ -179,6 +180,7 @@ SCHEMAS: dict[str, OpSchema] = {
     ),
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
+    **MATH_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Protocol
 
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.schema import decode_args, decode_value, num_outputs, schema_of
@@ -12,11 +13,51 @@ from conveyor.v1 import pipeline_pb2
 SPEC_VERSION = 1
 
 #: Fields that do not affect the output stream, left out of the fingerprint.
-NON_STREAM_FIELDS = ("num_threads", "prefetch_queue_depth", "definition", "device_id")
+NON_STREAM_FIELDS = ("num_threads", "prefetch_queue_depth", "definition", "device_id",
+                     "seed_drawn")
 #: Operator arguments left out of the fingerprint, so that a restore may change them: what
 #: happens to a sample that fails (a pipeline stopped by a corrupt file resumes with
 #: ``on_error="skip"``; the batches before it are the same under any policy).
 RESTORE_MAY_CHANGE_ARGS = ("on_error",)
+
+
+class HasSpec(Protocol):
+    """What carries a spec: the pipeline a ``@pipeline_def`` function returns."""
+
+    @property
+    def spec(self) -> pipeline_pb2.PipelineSpec: ...
+
+
+#: What is taken wherever a spec is: a ``PipelineSpec`` or a pipeline carrying one.
+Definition = pipeline_pb2.PipelineSpec | HasSpec
+
+
+def as_spec(definition: Definition) -> pipeline_pb2.PipelineSpec:
+    """The ``PipelineSpec`` of ``definition``: a spec itself, or what a ``@pipeline_def``
+    function returns (a ``conveyor.pipeline.Pipeline``). Wherever a spec is taken, either is."""
+    if isinstance(definition, pipeline_pb2.PipelineSpec):
+        return definition
+    spec = getattr(definition, "spec", None)
+    if isinstance(spec, pipeline_pb2.PipelineSpec):
+        return spec
+    raise InvalidArgument(
+        f"expected a pipeline (what a @pipeline_def function returns) or a PipelineSpec, got "
+        f"{type(definition).__name__}")
+
+
+def with_checkpoint_seed(
+    given: pipeline_pb2.PipelineSpec, saved: pipeline_pb2.PipelineSpec,
+) -> pipeline_pb2.PipelineSpec:
+    """``given`` as restored from a checkpoint made with ``saved``: where ``given``'s seed was
+    drawn (no seed was given, as DALI's default), the checkpoint's seed and whether that was
+    drawn; an explicit seed is kept, for ``first_difference`` to compare."""
+    if not given.seed_drawn or given.seed == saved.seed:
+        return given
+    adopted = pipeline_pb2.PipelineSpec()
+    adopted.CopyFrom(given)
+    adopted.seed = saved.seed
+    adopted.seed_drawn = saved.seed_drawn
+    return adopted
 
 
 def validate_spec(spec: pipeline_pb2.PipelineSpec) -> None:
@@ -93,7 +134,10 @@ def first_difference(
     def both(what: str, x: object, y: object) -> str:
         return f"{what}: {old_label} has {_fmt(x)}, {new_label} has {_fmt(y)}"
 
-    for field in ("spec_version", "batch_size", "seed", "enable_checkpointing"):
+    if a.seed != b.seed:
+        return (both("seed", a.seed, b.seed) + f" (give seed={a.seed}, or no seed to take "
+                f"the {old_label}'s)")
+    for field in ("spec_version", "batch_size", "enable_checkpointing"):
         if getattr(a, field) != getattr(b, field):
             return both(field, getattr(a, field), getattr(b, field))
     if len(a.ops) != len(b.ops):

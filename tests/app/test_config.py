@@ -213,7 +213,7 @@ def health(address: str) -> int:
 
 def test_pipelines_from_the_configuration(redis_proc: RedisProcess, image_root: Path,
                                           tmp_path: Path) -> None:
-    spec = rotate_pipeline(str(image_root / "imgs"))
+    spec = rotate_pipeline(str(image_root / "imgs")).spec
     (tmp_path / "b.txtpb").write_text(text_format.MessageToString(spec))
     path = write(tmp_path / "s.yaml", {"pipelines": [
         {"name": "a", "spec": json_format.MessageToDict(spec)},
@@ -320,7 +320,7 @@ def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: 
     assert cli(["spec", "my_pipelines:train", root]) == 0
     (tmp_path / "train.json").write_text(capsys.readouterr().out)
     entry = configuration.PipelineEntry(name="train", spec_file=str(tmp_path / "train.json"))
-    assert load_spec(entry, 0) == rotate_pipeline(root)
+    assert load_spec(entry, 0) == rotate_pipeline(root).spec
     assert cli(["spec", "my_pipelines:nothing"]) == 1
     assert "cannot load my_pipelines:nothing" in capsys.readouterr().err
     assert cli(["spec", "my_pipelines:train"]) == 1  # missing argument
@@ -329,7 +329,7 @@ def test_cli_exports_a_spec_the_configuration_takes(image_root: Path, tmp_path: 
 
 def test_a_failed_start_releases_the_names_it_created(
         redis_proc: RedisProcess, image_root: Path, tmp_path: Path) -> None:
-    spec = json_format.MessageToDict(rotate_pipeline(str(image_root / "imgs")))
+    spec = json_format.MessageToDict(rotate_pipeline(str(image_root / "imgs")).spec)
     first = ServerProcess(redis_proc.url, [image_root], tmp_path).start()
     try:
         with conveyor.Client(first.address, timeout=20) as c:

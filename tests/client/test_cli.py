@@ -182,7 +182,7 @@ def test_a_made_up_checkpoint_id_is_no_such_checkpoint(
 
 
 def test_spec_lines_shorten_long_lists(image_root: Path) -> None:
-    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2).spec
     reader = spec.ops[0]
     del reader.args["file_root"]
     reader.args["files"].strings.values.extend(f"f{i}.jpg" for i in range(10))

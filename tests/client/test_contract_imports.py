@@ -25,6 +25,9 @@ def loaded_after(code: str) -> set[str]:
 
 @pytest.mark.parametrize("code", [
     "from conveyor import fn, pipeline_def, types",
+    "from conveyor.dali import fn, types, pipeline_def",
+    "import conveyor.dali.fn as fn, conveyor.dali.types as types\n"
+    "from conveyor.dali.pipeline import Pipeline, pipeline_def",
     "import conveyor, conveyor.errors, conveyor.spec, conveyor.schema, conveyor.tensor_list",
     "from conveyor_server.engine.pipeline import Pipeline",
     "from conveyor_server import Pipeline",

@@ -54,7 +54,7 @@ def fixture_pipeline(verify: str | None = None) -> pipeline_pb2.PipelineSpec:
                                               output_layout="CHW")
         return rotated, normalized, labels, angles
 
-    built = fixture_pipeline()
+    built = fixture_pipeline().spec
     assert isinstance(built, pipeline_pb2.PipelineSpec)
     return built
 

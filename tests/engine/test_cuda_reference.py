@@ -118,4 +118,4 @@ def test_gpu_is_a_device_of_the_gpu_operators_only() -> None:
         return fn.crop_mirror_normalize(fn.resize(images, size=(8, 8), device="gpu"),
                                         device="gpu")
 
-    assert [op.device for op in allowed().ops][-2:] == ["gpu", "gpu"]
+    assert [op.device for op in allowed().spec.ops][-2:] == ["gpu", "gpu"]

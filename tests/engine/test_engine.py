@@ -345,7 +345,7 @@ def test_the_resume_harness_catches_an_unkeyed_random_draw(
 def test_a_batch_reports_its_first_bad_sample_whatever_the_threads(tmp_path: Path,
                                                                    threads: int) -> None:
     root = make_image_folder(tmp_path / "imgs", counts=(8,))
-    spec = rotate_pipeline(str(root), batch_size=8)
+    spec = rotate_pipeline(str(root), batch_size=8).spec
     spec.num_threads = threads
     # Without shuffling, sample i of batch 0 is img_00i: break samples 2 and 6.
     for i in (2, 6):

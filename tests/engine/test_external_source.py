@@ -93,7 +93,7 @@ def test_stream_does_not_depend_on_threads_or_prefetch(kind: str, threads: int,
 
 def test_random_draws_stay_keyed_by_global_sample_index() -> None:
     """The source's epochs restart its positions; later draws go on by global index."""
-    spec = sample_pipeline()
+    spec = sample_pipeline().spec
     (uniform,) = [i for i, op in enumerate(spec.ops) if op.type == "random.uniform"]
     keyed = RandomStage("random.uniform", uniform, {"range": (0.0, 1.0), "values": None,
                                                     "shape": (), "dtype": "float32"},

@@ -107,7 +107,7 @@ def test_the_batched_mixed_decode_is_the_same_on_every_run(tmp_path: Path) -> No
     with Pipeline(random_crops_on_gpu(root)) as first:
         expected = run_batches(first, 5)
     for threads, depth in ((1, 1), (4, 3)):
-        spec = random_crops_on_gpu(root)
+        spec = random_crops_on_gpu(root).spec
         spec.num_threads, spec.prefetch_queue_depth = threads, depth
         with Pipeline(spec) as again:
             assert_same_stream(expected, run_batches(again, 5), f"threads {threads}")

@@ -49,7 +49,7 @@ def test_a_gpu_operator_is_refused_on_another_gpu_model_naming_it() -> None:
                           "path on this server")
     assert "NVIDIA H100 80GB HBM3 (sm 9.0)" in why and "NVIDIA A100-SXM4-80GB (sm 8.0)" in why
     # Through the checkpoint check a restore runs: FAILED_PRECONDITION naming the operator.
-    spec = mixed("/data")
+    spec = mixed("/data").spec
     body = checkpoint_pb2.CheckpointBody(spec=spec, engine=identity(H100, *keys))
     with pytest.raises(EngineMismatch, match="operator 'decoders.image'") as refused:
         ckpt.verify_against(body, spec, identity(A100, *keys), {})
@@ -80,7 +80,7 @@ def test_a_cpu_pipeline_ignores_the_gpu() -> None:
     """A CPU pipeline's checkpoint restores on a GPU server, and the other way round."""
     keys = ("decoders.image@cpu", "readers.file@cpu")
     assert engine_id.difference(identity("", *keys), identity(H100, *keys)) is None
-    assert engine_id.gpu_description(on_cpu("/data")) == ""
+    assert engine_id.gpu_description(on_cpu("/data").spec) == ""
 
 
 def test_the_gpu_path_in_words() -> None:
@@ -94,6 +94,6 @@ def test_the_decoder_libraries_of_a_mixed_pipeline_are_read_from_the_loaded_libr
     pytest.importorskip("nvidia.nvimgcodec")
     # The nvJPEG the test extra pins (nvidia-nvjpeg 13.3.2.43), asked through its own API.
     assert nvjpeg_version() == "13.3.2"
-    decoder, _ = engine_id.libraries(mixed("/data"))
+    decoder, _ = engine_id.libraries(mixed("/data").spec)
     assert decoder == "nvimgcodec 0.9.0; nvjpeg 13.3.2"
-    assert engine_id.libraries(on_cpu("/data"))[0].startswith("opencv ")
+    assert engine_id.libraries(on_cpu("/data").spec)[0].startswith("opencv ")

@@ -224,7 +224,7 @@ def whole_pipeline(root: str) -> Any:
 
 
 def test_a_checkpoint_names_nvimgcodec_where_it_decodes_windows() -> None:
-    decoder, _ = engine_id.libraries(window_pipeline("/data"))
+    decoder, _ = engine_id.libraries(window_pipeline("/data").spec)
     assert decoder.startswith("opencv ") and "simplejpeg" in decoder
     assert decoder.endswith(f"; nvimgcodec {nvimgcodec_version()} (windows)")
-    assert "nvimgcodec" not in engine_id.libraries(whole_pipeline("/data"))[0]
+    assert "nvimgcodec" not in engine_id.libraries(whole_pipeline("/data").spec)[0]

@@ -236,7 +236,7 @@ def test_the_batched_path_in_a_pipeline_streams_the_cpu_bytes_and_resumes_exactl
     with Pipeline(random_crops(root)) as first:
         expected = run_batches(first, 4)
     for threads, depth in ((1, 1), (4, 3)):
-        spec = random_crops(root)
+        spec = random_crops(root).spec
         spec.num_threads, spec.prefetch_queue_depth = threads, depth
         with Pipeline(spec) as again:
             assert_same_stream(expected, run_batches(again, 4), f"threads {threads}")

@@ -246,7 +246,7 @@ def test_the_definition_api_counts_outputs_as_dali(tmp_path: Path) -> None:
         ("caffe2", (("image_available", False), ("label_type", 4), ("bbox", True))): 1,
     }
     for (op, kw), count in counts.items():
-        assert outputs(op, **dict(kw)).ops[0].num_outputs == count, (op, kw)
+        assert outputs(op, **dict(kw)).spec.ops[0].num_outputs == count, (op, kw)
     with pytest.raises(SpecError, match="label_type"):
         outputs("caffe2", label_type=5)
     # A spec from the wire is counted before it is validated: a huge count counts none.

@@ -252,8 +252,8 @@ def test_the_definition_api_gives_one_output_per_ext_and_checks_dtypes(tmp_path:
         out = fn.readers.webdataset(paths=str(shards[0]), ext=ext, **reader)
         return out if isinstance(out, tuple) else (out,)
 
-    assert [op.num_outputs for op in outputs("jpg").ops] == [1]
-    assert [op.num_outputs for op in outputs(["jpg", "cls", "jpg;cls"]).ops] == [3]
+    assert [op.num_outputs for op in outputs("jpg").spec.ops] == [1]
+    assert [op.num_outputs for op in outputs(["jpg", "cls", "jpg;cls"]).spec.ops] == [3]
     with Pipeline(outputs(["jpg", "cls", "jpg;cls"])) as pipe:
         first, _, either = pipe.run()
         assert [a.tobytes() for a in either] == [a.tobytes() for a in first]

@@ -36,8 +36,7 @@ def sized_pipeline(root: str) -> Any:
 
 
 def sized(image_root: Path) -> Spec:
-    spec: Spec = sized_pipeline(str(image_root / "imgs"))
-    return spec
+    return sized_pipeline(str(image_root / "imgs")).spec
 
 
 def _set(op: pipeline_pb2.OpSpec, name: str, op_type: str, value: object) -> None:

@@ -214,7 +214,7 @@ def test_configured_pipelines_are_created_as_their_owner(
         return TlsOptions(ca_file=str(ca_file), cert_file=str(c), key_file=str(k))
 
     trainer, other = tls("trainer", "spiffe://example.org/trainer"), tls("o", "other.svc")
-    spec = json_format.MessageToDict(rotate_pipeline(str(image_root / "imgs")))
+    spec = json_format.MessageToDict(rotate_pipeline(str(image_root / "imgs")).spec)
     (tmp_path / "server.yaml").write_text(yaml.safe_dump({
         "tls": {"cert_file": str(cert), "key_file": str(key), "client_ca_file": str(ca_file)},
         "pipelines": [{"name": "train", "spec": spec,

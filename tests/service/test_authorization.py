@@ -62,7 +62,7 @@ def secured(image_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     server = ServerProcess(redis.url, [image_root], folder, "--config",
                            str(folder / "server.yaml"))
     try:
-        yield Secured(server.start(), rotate_pipeline(str(image_root / "imgs")))
+        yield Secured(server.start(), rotate_pipeline(str(image_root / "imgs")).spec)
     finally:
         server.stop()
         redis.cleanup()

@@ -45,7 +45,7 @@ def test_fenced_already_exists_and_spec_mismatch_carry_reason_and_metadata(
 def test_a_bad_argument_names_op_and_argument_in_its_metadata(start_server: Start,
                                                              image_root: Path) -> None:
     server = start_server()
-    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2).spec
     rotate = next(op for op in spec.ops if op.type == "rotate")
     rotate.args["interp_type"].CopyFrom(encode_arg("rotate", "interp_type", "nn"))
     rotate.args["interp_type"].s = "bogus"  # past the client's own check

@@ -181,7 +181,7 @@ def test_random_bytes_to_every_method_never_answer_internal(
         fuzz_server: ServerProcess, channel: grpc.Channel, image_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     ids, blobs, _ = live_pipeline(fuzz_server, image_root)
-    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2).spec
     sv = service_pb2
     valid = [m.SerializeToString() for m in (
         sv.CreatePipelineRequest(name="raw", spec=spec), sv.RestoreRequest(name="raw",

@@ -128,7 +128,7 @@ def test_a_malformed_spec_is_invalid_argument_naming_what_is_wrong(
     server = start_server()
     wrong = []
     for label, mutate, message in MALFORMED:
-        spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+        spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2).spec
         mutate(spec)
         request = service_pb2.CreatePipelineRequest(name="bad", spec=spec)
         exc = raw_unary(server, "CreatePipeline", request.SerializeToString())

@@ -34,8 +34,8 @@ def test_other_cpu_paths_refuse_or_stream_identical_bytes(start_server: Start,
     here = {k: v.hex() for k, v in process_behaviour().digests.items()}
     there = measure_in(env)["digests"]
     a, b = start_server(), start_server(env=env)
-    specs = {"rotating": rotate_pipeline(str(image_root / "imgs")),
-             "cropping": cropping(str(image_root / "imgs"))}
+    specs = {"rotating": rotate_pipeline(str(image_root / "imgs")).spec,
+             "cropping": cropping(str(image_root / "imgs")).spec}
     identical = []
     with client(a) as ca, client(b) as cb:
         for name, spec in specs.items():

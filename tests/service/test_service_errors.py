@@ -26,7 +26,7 @@ from tests.support.servers import DEADLINE, Start, client, wait_for
 def test_invalid_spec_is_invalid_argument_naming_op_and_argument(
     start_server: Start, image_root: Path
 ) -> None:
-    spec = rotate_pipeline(str(image_root / "imgs"))
+    spec = rotate_pipeline(str(image_root / "imgs")).spec
     spec.ops[3].args["interp_type"].s = "sideways"
     with client(start_server()) as c, \
             pytest.raises(errors.InvalidArgument, match="rotate: argument 'interp_type'"):

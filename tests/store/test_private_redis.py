@@ -22,7 +22,7 @@ from conveyor.errors import Unavailable
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.demo.sample_data import make_image_folder
 from conveyor_server.store.owner_lock import DirectoryInUse
-from conveyor_server.store.parent_death import parent_death_hook
+from conveyor_server.store.parent_death import LOST_PARENT, bound_command
 from conveyor_server.store.redis_process import RedisProcess, find_redis_server
 from tests.support.servers import ServerProcess, client
 
@@ -193,13 +193,27 @@ def test_one_redis_process_per_directory_and_the_lock_names_its_holder(tmp_path:
         assert again.running
 
 
-def test_a_child_whose_parent_died_before_it_was_bound_does_not_run() -> None:
-    """The race ``prctl`` alone leaves open: the parent died between fork and the bind.
-    Played by naming a parent that is not the child's."""
-    hook = parent_death_hook(expected_parent=os.getpid() + 1_000_000)
-    assert hook is not None
-    with pytest.raises(subprocess.SubprocessError, match="preexec_fn"):
-        subprocess.run(["true"], preexec_fn=hook, check=False)
+def test_a_child_whose_parent_died_before_it_was_bound_does_not_run(tmp_path: Path) -> None:
+    """The race ``prctl`` alone leaves open: the parent died between the start and the
+    bind. Played by naming a parent that is not the launcher's."""
+    marker = tmp_path / "ran"
+    command = bound_command(["/bin/sh", "-c", f"touch {marker}"],
+                            expected_parent=os.getpid() + 1_000_000)
+    assert command is not None
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == LOST_PARENT, done.stderr
+    assert "ended before /bin/sh was bound to it: not started" in done.stderr
+    assert not marker.exists()
+
+
+def test_the_launcher_runs_the_program_in_its_place(tmp_path: Path) -> None:
+    """Same pid (exec, not a child of its own), the arguments passed on as given."""
+    command = bound_command(["/bin/sh", "-c", 'echo "$$ $0 $1"', "first", "second arg"])
+    assert command is not None
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out.strip() == f"{proc.pid} first second arg"
 
 
 def test_a_left_redis_that_does_not_answer_is_refused_not_replaced(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.spec import Definition
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
 
 Batch = tuple[TensorList, ...]
@@ -32,7 +32,7 @@ def assert_same_stream(a: Sequence[Batch], b: Sequence[Batch], label: str = "") 
         assert batch_bytes(x) == batch_bytes(y), f"{label}: batch {i} differs"
 
 
-def assert_resume_exact(spec: pipeline_pb2.PipelineSpec, before: int, after: int) -> bytes:
+def assert_resume_exact(spec: Definition, before: int, after: int) -> bytes:
     """Run ``before`` batches, checkpoint, run ``after`` more; a fresh pipeline restored
     from the blob must give the same ``after`` batches, byte for byte. Returns the blob."""
     with Pipeline(spec) as pipe:

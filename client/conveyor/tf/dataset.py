@@ -43,9 +43,9 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
 from conveyor.errors import FailedPrecondition, InvalidArgument
+from conveyor.spec import Definition, as_spec
 from conveyor.tf.stream import BatchStream, parallel_arguments
 from conveyor.tf.tensors import signature_of, value_of
-from conveyor.v1 import pipeline_pb2
 
 #: The last index the dataset's range counts to: far beyond any stream.
 END = 2**62
@@ -53,7 +53,7 @@ END = 2**62
 
 class ConveyorDataset(dataset_ops.DatasetV2):
     def __init__(self, servers: str | Sequence[str], name: str,
-                 spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+                 spec: Definition, *, run_id: str | None = None,
                  rank: int | None = None, world_size: int | None = None,
                  output_signature: Sequence[Any] | None = None,
                  client_options: dict[str, Any] | None = None) -> None:
@@ -66,7 +66,7 @@ class ConveyorDataset(dataset_ops.DatasetV2):
         ``tf.RaggedTensorSpec`` per output, instead of those of the first batch.
         ``client_options``: more keyword arguments for ``conveyor.Client``."""
         self.name = name
-        self._stream = BatchStream(servers, name, spec, run_id=run_id,
+        self._stream = BatchStream(servers, name, as_spec(spec), run_id=run_id,
                                    parallel=parallel_arguments(rank, world_size),
                                    client_options=dict(client_options or {}))
         try:

@@ -9,7 +9,7 @@ pin for) and copied to ``device``.
 In a data-parallel job (``rank`` / ``world_size``, by default torch.distributed's when it
 is initialised) each rank's dataset yields its share of one global sequence: at every step
 rank r gets the r-th of the next ``world_size`` batches of the one-rank pipeline (see
-``conveyor.job_opening``). Its state is the job's position (the step, and the global
+``conveyor.opening``). Its state is the job's position (the step, and the global
 batches before it), so a job saved at a step goes on from there with any world size.
 
 The dataset opens its pipeline with ``Client.open`` when iteration starts, so the same code
@@ -31,10 +31,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from conveyor.client import Checkpoint, Client
+from conveyor.connection import PIPELINE_HINT, server_targets
 from conveyor.errors import DataLoss, FailedPrecondition, InvalidArgument
 from conveyor.remote import RemotePipeline
+from conveyor.spec import Definition, as_spec
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import pipeline_pb2
 
 #: The version of ``state_dict()``'s layout.
 STATE_VERSION = 1
@@ -48,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 class ConveyorDataset(IterableDataset):
     def __init__(self, servers: str | Sequence[str], name: str,
-                 spec: pipeline_pb2.PipelineSpec, *, run_id: str | None = None,
+                 spec: Definition, *, run_id: str | None = None,
                  rank: int | None = None, world_size: int | None = None,
                  device: Any = None, pin_memory: bool = False,
                  client_options: dict[str, Any] | None = None) -> None:
@@ -60,7 +61,8 @@ class ConveyorDataset(IterableDataset):
         needs an accelerator (FailedPrecondition otherwise). ``client_options``: more
         keyword arguments for ``conveyor.Client`` (TLS, token file, timeouts)."""
         super().__init__()
-        self.servers, self.name, self.spec = servers, name, spec
+        server_targets(servers, "conveyor.torch.ConveyorDataset", hint=PIPELINE_HINT)
+        self.servers, self.name, self.spec = servers, name, as_spec(spec)
         self.run_id = run_id
         self.rank, self.world_size = _share(rank, world_size)
         if pin_memory and not _can_pin():

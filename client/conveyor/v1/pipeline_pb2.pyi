@@ -83,7 +83,7 @@ class OpSpec(_message.Message):
     def __init__(self, type: _Optional[str] = ..., name: _Optional[str] = ..., device: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., args: _Optional[_Mapping[str, Argument]] = ..., arg_inputs: _Optional[_Mapping[str, OutputRef]] = ..., num_outputs: _Optional[int] = ...) -> None: ...
 
 class PipelineSpec(_message.Message):
-    __slots__ = ("spec_version", "batch_size", "num_threads", "seed", "enable_checkpointing", "prefetch_queue_depth", "device_id", "ops", "outputs", "definition")
+    __slots__ = ("spec_version", "batch_size", "num_threads", "seed", "enable_checkpointing", "prefetch_queue_depth", "device_id", "ops", "outputs", "definition", "seed_drawn")
     SPEC_VERSION_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_THREADS_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class PipelineSpec(_message.Message):
     OPS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    SEED_DRAWN_FIELD_NUMBER: _ClassVar[int]
     spec_version: int
     batch_size: int
     num_threads: int
@@ -104,4 +105,5 @@ class PipelineSpec(_message.Message):
     ops: _containers.RepeatedCompositeFieldContainer[OpSpec]
     outputs: _containers.RepeatedCompositeFieldContainer[OutputRef]
     definition: str
-    def __init__(self, spec_version: _Optional[int] = ..., batch_size: _Optional[int] = ..., num_threads: _Optional[int] = ..., seed: _Optional[int] = ..., enable_checkpointing: _Optional[bool] = ..., prefetch_queue_depth: _Optional[int] = ..., device_id: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., definition: _Optional[str] = ...) -> None: ...
+    seed_drawn: bool
+    def __init__(self, spec_version: _Optional[int] = ..., batch_size: _Optional[int] = ..., num_threads: _Optional[int] = ..., seed: _Optional[int] = ..., enable_checkpointing: _Optional[bool] = ..., prefetch_queue_depth: _Optional[int] = ..., device_id: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., definition: _Optional[str] = ..., seed_drawn: _Optional[bool] = ...) -> None: ...

@@ -1,5 +1,8 @@
 """The in-process engine: ``Pipeline(spec)`` or ``Pipeline(spec, checkpoint=blob)``.
 
+``spec`` is a ``PipelineSpec`` or what a ``@pipeline_def`` function returns. Restored, a spec
+whose seed was drawn (none was given) takes the checkpoint's, as DALI's restore does.
+
 Batches are produced in order; each batch's per-sample work runs on ``num_threads``
 workers, its per-batch operators at barriers between (see ``segments.py``), and up to
 ``prefetch_queue_depth`` batches are computed ahead of the consumer.
@@ -27,7 +30,7 @@ from conveyor.errors import (
     InvalidArgument,
 )
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import checkpoint_pb2, pipeline_pb2
+from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.data.listings import ListingArchive, first_change, keep_listings
@@ -53,7 +56,7 @@ BATCH_OPS = True
 class Pipeline:
     def __init__(
         self,
-        spec: pipeline_pb2.PipelineSpec | None = None,
+        spec: specs.Definition | None = None,
         checkpoint: bytes | None = None,
         *,
         data_roots: Sequence[str | Path] | None = None,
@@ -84,6 +87,9 @@ class Pipeline:
             if body is None:
                 raise InvalidArgument("Pipeline needs a spec, a checkpoint, or both")
             spec = body.spec
+        spec = specs.as_spec(spec)
+        if body is not None:
+            spec = specs.with_checkpoint_seed(spec, body.spec)
         roots = [Path(r) for r in data_roots] if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
@@ -364,6 +370,10 @@ class Pipeline:
 
     def reader_meta(self, name: str | None = None) -> Any:
         return self._per_reader(name, lambda stage: stage.meta())
+
+    def reader_metas(self) -> dict[str, Any]:
+        """The metadata of every reader, by name (``op<index>`` for unnamed ones)."""
+        return {b.name or f"op{op}": b.stage.meta() for op, b in self._plan.readers.items()}
 
     def _per_reader(self, name: str | None, value: Callable[[Any], Any]) -> Any:
         """``value`` of the reader ``name``; of every reader by name where the pipeline has

@@ -255,13 +255,15 @@ class ConveyorService:
         elif position < body.batches:
             raise InvalidArgument(f"Restore: consumed={position} is before the checkpoint's "
                                   f"position ({body.batches} batches); nothing was taken over")
-        if request.HasField("spec"):
-            diff = specs.first_difference(body.spec, request.spec, "checkpoint", "given spec")
+        given = (specs.with_checkpoint_seed(request.spec, body.spec)
+                 if request.HasField("spec") else None)  # a drawn seed takes the checkpoint's
+        if given is not None:
+            diff = specs.first_difference(body.spec, given, "checkpoint", "given spec")
             if diff is not None:
                 raise SpecMismatch(f"checkpoint was made by a different pipeline: "
                                          f"{diff}")
         self.pipelines.check_capacity(name)
-        engine = self._build(request.spec if request.HasField("spec") else None, blob, share)
+        engine = self._build(given, blob, share)
         if share is None and position != body.batches:
             engine.seek(position)
         keep = request.keep_checkpoints or self.keep_checkpoints

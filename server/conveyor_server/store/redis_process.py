@@ -28,7 +28,7 @@ from redis.retry import Retry
 
 from conveyor.errors import Unavailable
 from conveyor_server.store.owner_lock import OwnerLock
-from conveyor_server.store.parent_death import parent_death_hook
+from conveyor_server.store.parent_death import bound_command
 
 log = logging.getLogger("conveyor.server")
 
@@ -141,15 +141,13 @@ class RedisProcess:
             "--appendfsync", "always",
             "--logfile", str(self.directory / "redis.log"),
         ]
-        bind = parent_death_hook(signal.SIGTERM)  # SIGTERM: Redis flushes its file, exits
-        if bind is None and sys.platform == "linux":
+        # SIGTERM when this process is gone: Redis flushes its file and exits.
+        bound = bound_command(args, signal.SIGTERM)
+        if bound is None and sys.platform == "linux":
             log.warning("redis-server in %s started from a thread other than the main one: "
                         "it is not bound to this process's life", self.directory)
         try:
-            # The hook makes two system calls (prctl, getppid) through a function looked up
-            # before the fork; it takes no lock another thread could hold at the fork.
-            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
-                                          preexec_fn=bind)  # noqa: PLW1509
+            self._proc = subprocess.Popen(bound or args, stdin=subprocess.DEVNULL)
             self._lock.record(self._proc.pid)
             self._wait_answering(self._proc, timeout)
         except BaseException:
@@ -163,7 +161,9 @@ class RedisProcess:
         try:
             while True:
                 if proc.poll() is not None:
-                    tail = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+                    log_file = self.directory / "redis.log"
+                    tail = log_file.read_text(errors="replace")[-2000:] if \
+                        log_file.exists() else "(it wrote no log: see the server's stderr)"
                     code = proc.returncode
                     raise Unavailable(f"redis-server exited at start ({code}): {tail}")
                 try:

@@ -65,8 +65,9 @@ def verify_against(
     """Refuse a checkpoint made by another spec, data set, or an engine that computes other
     bytes (``engine`` is this server's identity for ``spec``), naming the difference.
     ``first_change(op, earlier digest)`` names the first changed file of a reader, where
-    the earlier listing can be found."""
-    diff = specs.first_difference(body.spec, spec)
+    the earlier listing can be found. A ``spec`` whose seed was drawn (none was given) takes
+    the checkpoint's first (``conveyor.spec.with_checkpoint_seed``)."""
+    diff = specs.first_difference(body.spec, specs.with_checkpoint_seed(spec, body.spec))
     if diff is not None:
         raise SpecMismatch(f"checkpoint was made by a different pipeline: {diff}")
     diff = engine_id.difference(body.engine, engine)

@@ -1,0 +1,272 @@
+"""The pipeline a ``@pipeline_def`` function returns, with DALI's ``Pipeline`` methods.
+
+``pipe = my_pipeline(batch_size=8); pipe.build(); outs = pipe.run()`` runs the pipeline in
+this process on the engine (``conveyor_server.Pipeline``, loaded on ``build()``: the
+``conveyor-server`` package). ``pipe.checkpoint()`` gives the sealed checkpoint of the
+position after the last batch returned, and ``my_pipeline(checkpoint=blob)`` goes on from it.
+The same object is taken wherever a spec is (``.spec`` is its ``PipelineSpec``): by
+``client.open``, the adapters and ``conveyor_server.Pipeline``.
+
+This module imports no gRPC and no engine until ``build()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from conveyor.errors import FailedPrecondition, InvalidArgument
+from conveyor.tensor_list import TensorList
+from conveyor.v1 import pipeline_pb2
+
+Batch = tuple[TensorList, ...]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """DALI's pipeline arguments that are not part of the spec, and what each does here.
+
+    ``exec_async``, ``exec_pipelined``: accepted, no effect. The engine always computes
+    ``prefetch_queue_depth`` batches ahead on its worker threads; the batches are the same
+    either way. ``py_start_method``, ``py_num_workers``: accepted, no effect. DALI runs
+    parallel external sources in that many worker processes; here an external source's
+    callable runs on the engine's ``num_threads`` worker threads. ``set_affinity``:
+    accepted, no effect (worker threads are not pinned to cores). ``output_dtype``,
+    ``output_ndim``: checked, as DALI's: one value for every output or one per output
+    (``None`` skips an output); a batch whose output has another dtype or number of
+    dimensions raises ``InvalidArgument`` naming the output.
+    """
+
+    exec_async: bool = True
+    exec_pipelined: bool = True
+    py_start_method: str = "fork"
+    py_num_workers: int = 1
+    set_affinity: bool = False
+    output_dtype: Any = None
+    output_ndim: Any = None
+
+
+class Engine(Protocol):
+    """What this module uses of ``conveyor_server.Pipeline``."""
+
+    spec: pipeline_pb2.PipelineSpec
+
+    def run(self) -> Batch: ...
+    def run_staged(self) -> tuple[Batch, Callable[[], None]]: ...
+    def checkpoint(self, filename: str | None = None) -> bytes: ...
+    def epoch_sizes(self) -> dict[str, int]: ...
+    def epoch_size(self, name: str | None = None) -> Any: ...
+    def reader_metas(self) -> dict[str, Any]: ...
+    def reader_meta(self, name: str | None = None) -> Any: ...
+    def close(self) -> None: ...
+
+
+def load_engine(spec: pipeline_pb2.PipelineSpec, checkpoint: bytes | None) -> Engine:
+    """The in-process engine for ``spec`` (from ``checkpoint`` when given); a clear error
+    where the server package is not installed."""
+    try:
+        module = importlib.import_module("conveyor_server")
+    except ModuleNotFoundError as exc:
+        if exc.name != "conveyor_server":
+            raise
+        raise FailedPrecondition(
+            "running a pipeline in this process needs the engine: pip install "
+            "conveyor-server (or stream it from a server with conveyor.Client(...).open)"
+        ) from None
+    engine: Engine = module.Pipeline(spec, checkpoint=checkpoint)
+    return engine
+
+
+class Pipeline:
+    """A defined pipeline, as DALI's ``Pipeline``: ``build()``, ``run()``, ``checkpoint()``,
+    ``epoch_size()``, ``reader_meta()``, ``schedule_run()`` / ``outputs()`` /
+    ``share_outputs()`` / ``release_outputs()``, ``reset()``. Made by calling a
+    ``@pipeline_def`` function; runs in this process once built."""
+
+    __slots__ = ("_checkpoint", "_engine", "_release", "_scheduled", "_spec", "options")
+
+    def __init__(self, spec: pipeline_pb2.PipelineSpec, *, checkpoint: bytes | None = None,
+                 options: RunOptions | None = None) -> None:
+        self._spec = spec
+        self._checkpoint = checkpoint
+        self.options = options or RunOptions()
+        self._engine: Engine | None = None
+        self._scheduled = 0
+        self._release: Callable[[], None] | None = None
+
+    @property
+    def spec(self) -> pipeline_pb2.PipelineSpec:
+        """The ``PipelineSpec``. Once a restored pipeline is built, the one running: where
+        no seed was given, with the checkpoint's seed."""
+        return self._engine.spec if self._engine is not None else self._spec
+
+    @property
+    def batch_size(self) -> int:
+        return self.spec.batch_size
+
+    @property
+    def max_batch_size(self) -> int:
+        """DALI's name for ``batch_size``."""
+        return self.spec.batch_size
+
+    @property
+    def num_threads(self) -> int:
+        return self.spec.num_threads
+
+    @property
+    def device_id(self) -> int | None:
+        return self.spec.device_id if self.spec.device_id >= 0 else None
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def prefetch_queue_depth(self) -> int:
+        return self.spec.prefetch_queue_depth
+
+    @property
+    def enable_checkpointing(self) -> bool:
+        return self.spec.enable_checkpointing
+
+    @property
+    def exec_async(self) -> bool:
+        return self.options.exec_async
+
+    @property
+    def exec_pipelined(self) -> bool:
+        return self.options.exec_pipelined
+
+    # -- building --------------------------------------------------------------------
+
+    def build(self) -> None:
+        """Start the engine (from the checkpoint, where one was given). Building again does
+        nothing; the other methods build first where needed, as DALI's."""
+        if self._engine is None:
+            self._engine = load_engine(self._spec, self._checkpoint)
+
+    def _built(self) -> Engine:
+        self.build()
+        assert self._engine is not None
+        return self._engine
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self) -> Batch:
+        """The next batch, one ``TensorList`` per output: ``schedule_run()`` then
+        ``outputs()``."""
+        self.schedule_run()
+        return self.outputs()
+
+    def schedule_run(self) -> None:
+        """Ask for one more batch (the engine computes ``prefetch_queue_depth`` ahead
+        anyway); ``outputs()`` or ``share_outputs()`` takes it."""
+        self._built()
+        self._scheduled += 1
+
+    def outputs(self) -> Batch:
+        """The batch the earliest ``schedule_run()`` asked for, the caller's to keep."""
+        engine = self._take_scheduled("outputs")
+        return self._checked(engine.run())
+
+    def share_outputs(self) -> Batch:
+        """As ``outputs()``, but a GPU pipeline's outputs are the engine's own buffers,
+        valid until ``release_outputs()``."""
+        if self._release is not None:
+            raise FailedPrecondition("share_outputs: the previous shared batch is still "
+                                     "held: call release_outputs() first")
+        engine = self._take_scheduled("share_outputs")
+        batch, release = engine.run_staged()
+        self._release = release
+        try:
+            return self._checked(batch)
+        except BaseException:
+            self.release_outputs()
+            raise
+
+    def release_outputs(self) -> None:
+        """Give back the buffers of the batch ``share_outputs()`` returned."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def _take_scheduled(self, method: str) -> Engine:
+        if self._scheduled == 0:
+            raise FailedPrecondition(f"{method}: no batch was scheduled: call schedule_run() "
+                                     "first (or run(), which does both)")
+        engine = self._built()
+        self._scheduled -= 1
+        return engine
+
+    def _checked(self, batch: Batch) -> Batch:
+        """``batch``, where its outputs have the ``output_dtype`` and ``output_ndim``."""
+        dtypes = _per_output(self.options.output_dtype, len(batch), "output_dtype")
+        ndims = _per_output(self.options.output_ndim, len(batch), "output_ndim")
+        for index, (out, dtype, ndim) in enumerate(zip(batch, dtypes, ndims, strict=True)):
+            if dtype is not None and np.dtype(out.dtype) != _dtype(dtype):
+                raise InvalidArgument(f"output {index} has dtype {np.dtype(out.dtype).name}, "
+                                      f"but output_dtype asks for {_dtype(dtype).name}")
+            if ndim is not None:
+                found = {len(shape) for shape in out.shape()}
+                if found - {ndim}:
+                    raise InvalidArgument(f"output {index} has {sorted(found)} dimensions, "
+                                          f"but output_ndim asks for {ndim}")
+        return batch
+
+    def reset(self) -> None:
+        """Accepted for DALI's iterators: a stream does not stop at the end of an epoch (the
+        next epoch follows), so there is nothing to reset."""
+
+    # -- state -----------------------------------------------------------------------
+
+    def checkpoint(self, filename: str | None = None) -> bytes:
+        """The sealed checkpoint of the position after the last batch returned (scheduled
+        batches not yet taken are not in it); written to ``filename`` too, where given.
+        Needs ``enable_checkpointing=True``."""
+        return self._built().checkpoint(filename)
+
+    def epoch_size(self, name: str | None = None) -> Any:
+        """Samples per epoch of the reader ``name``; of every reader, by name, without one
+        (``op<index>`` for an unnamed reader)."""
+        engine = self._built()
+        return engine.epoch_sizes() if name is None else engine.epoch_size(name)
+
+    def reader_meta(self, name: str | None = None) -> Any:
+        """The metadata of the reader ``name`` (``epoch_size``, ``epoch_size_padded``,
+        ``number_of_shards``, ``shard_id``, ...); of every reader, by name, without one."""
+        engine = self._built()
+        return engine.reader_metas() if name is None else engine.reader_meta(name)
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the engine's workers (a later call builds a new engine from the start)."""
+        self.release_outputs()
+        engine, self._engine = self._engine, None
+        self._scheduled = 0
+        if engine is not None:
+            engine.close()
+
+    def __repr__(self) -> str:
+        state = "built" if self._engine is not None else "not built"
+        return (f"<conveyor Pipeline {self._spec.definition or '?'} batch_size="
+                f"{self._spec.batch_size} seed={self.seed} {state}>")
+
+
+def _per_output(value: Any, count: int, name: str) -> Sequence[Any]:
+    """``value`` for each of ``count`` outputs: one value for all, or a list of ``count``."""
+    if isinstance(value, list | tuple):
+        if len(value) != count:
+            raise InvalidArgument(f"{name} has {len(value)} entries, but the pipeline has "
+                                  f"{count} outputs")
+        return value
+    return [value] * count
+
+
+def _dtype(value: Any) -> np.dtype[Any]:
+    """A dtype given as ``types.FLOAT`` (a ``str``: ``"float32"``) or as numpy's."""
+    return np.dtype(str(value)) if isinstance(value, str) else np.dtype(value)

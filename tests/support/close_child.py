@@ -1,0 +1,118 @@
+"""A trainer process for ``tests/client/test_client_close.py``: takes batches from a real server,
+says so, waits for the test to do something to the server (drain it, stop it, kill it, stop
+Redis), then ends its use of the client one way or another and exits.
+
+``python -m tests.support.close_child WAY SERVERS IMAGE_DIR``; it prints ``took N`` once it holds
+its batches, reads one line from stdin (the test's "go on"), ends its use of the client,
+prints ``ended`` and returns from ``main`` (the interpreter then exits, running whatever
+finalisers are left).
+
+WAY, how the client's use ends:
+
+- ``loader-exit``: a torchdata ``StatefulDataLoader`` over ``conveyor.torch.ConveyorDataset``
+  whose iterator is still suspended when the script ends (the generator's finaliser runs
+  at interpreter exit);
+- ``loader-del``: the same, the loader's iterator dropped (``del``, then ``gc.collect``);
+- ``generator-exit``: the dataset's own generator (no loader) still suspended when the
+  script ends;
+- ``dataset-close``: the dataset's own generator closed (``generator.close()``);
+- ``client-with``: ``with Client(...)`` around ``open`` and ``run()``; the block ends;
+- ``client-close``: ``Client.close()`` with the pipeline's stream still open;
+- ``pipe-close``: ``RemotePipeline.close()`` then ``Client.close()``;
+- ``client-exit``: a client whose stream is open when the script ends (no close at all);
+- ``callback-close``: ``Client.close()`` from the done-callback of a call, which gRPC runs
+  on its own thread, with the pipeline's stream still open (then the script ends).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import sys
+import threading
+from typing import Any
+
+import conveyor
+from conveyor.v1 import service_pb2
+from conveyor_server.demo.run import rotate_pipeline
+
+BATCHES = 4
+OPTIONS: dict[str, Any] = {"timeout": 5, "failover": False}
+
+
+def go_on_when_told(took: int) -> None:
+    print(f"took {took}", flush=True)
+    sys.stdin.readline()
+
+
+def with_loader(servers: list[str], image_dir: str, way: str) -> Any:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from conveyor.torch import ConveyorDataset
+
+    dataset = ConveyorDataset(servers, "closing", rotate_pipeline(image_dir, batch_size=2),
+                              client_options=OPTIONS)
+    if way in ("dataset-close", "generator-exit"):
+        generator = iter(dataset)
+        took = len(list(itertools.islice(generator, BATCHES)))
+        go_on_when_told(took)
+        if way == "generator-exit":
+            return generator  # kept alive until the interpreter exits
+        generator.close()  # type: ignore[attr-defined]
+        return None
+    loader = StatefulDataLoader(dataset, batch_size=None)
+    stream = iter(loader)
+    took = len(list(itertools.islice(stream, BATCHES)))
+    go_on_when_told(took)
+    if way == "loader-del":
+        del stream
+        gc.collect()
+        return None
+    return stream  # kept alive until the interpreter exits
+
+
+def with_client(servers: list[str], image_dir: str, way: str) -> Any:
+    spec = rotate_pipeline(image_dir, batch_size=2)
+    if way == "client-with":
+        with conveyor.Client(servers, **OPTIONS) as client:
+            pipe = client.open("closing", spec)
+            go_on_when_told(len([pipe.run() for _ in range(BATCHES)]))
+        return None
+    client = conveyor.Client(servers, **OPTIONS)
+    pipe = client.open("closing", spec)
+    go_on_when_told(len([pipe.run() for _ in range(BATCHES)]))
+    if way == "callback-close":
+        closed = threading.Event()
+
+        def close_there(_: object) -> None:
+            client.close()
+            closed.set()
+
+        describing = client.connection(pipe.via)._stub.DescribePipeline.future(
+            service_pb2.DescribePipelineRequest(name="closing"), timeout=5)
+        describing.add_done_callback(close_there)
+        closed.wait()
+        return client, pipe
+    if way == "pipe-close":
+        pipe.close()
+    if way in ("pipe-close", "client-close"):
+        client.close()
+        return None
+    return client, pipe  # client-exit: left open until the interpreter exits
+
+
+KEPT: list[Any] = []
+
+
+def main(argv: list[str]) -> None:
+    way, servers, image_dir = argv
+    addresses = servers.split(",")
+    if way.startswith(("loader", "dataset", "generator")):
+        KEPT.append(with_loader(addresses, image_dir, way))
+    else:
+        KEPT.append(with_client(addresses, image_dir, way))
+    print("ended", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
