@@ -16,58 +16,14 @@ from typing import Any
 from conveyor import expressions
 from conveyor import external_source as sources
 from conveyor.errors import SpecError
-from conveyor.pipeline_def import DataNode, current_builder
-from conveyor.schema import SCHEMAS, encode_arg, num_outputs, schema_of
-from conveyor.v1 import pipeline_pb2
-
-
-def _make_op(op_type: str) -> Callable[..., Any]:
-    schema = schema_of(op_type)
-
-    def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
-        builder = current_builder(op_type)
-        if len(inputs) != schema.num_inputs:
-            raise SpecError(op_type, None, f"takes {schema.num_inputs} positional input(s), "
-                            f"got {len(inputs)}")
-        if device not in schema.devices:
-            raise SpecError(op_type, "device", f"got {device!r}, expected one of "
-                            + ", ".join(repr(d) for d in schema.devices))
-        spec = pipeline_pb2.OpSpec(type=op_type, name=name, device=device,
-                                   num_outputs=len(schema.outputs))
-        for i, node in enumerate(inputs):
-            if not isinstance(node, DataNode) or node.builder is not builder:
-                raise SpecError(op_type, None, f"input {i} is {node!r}, expected the output "
-                                "of another operator of this pipeline")
-            spec.inputs.append(node.ref())
-        for key, value in kwargs.items():
-            if isinstance(value, DataNode):
-                arg = schema.args.get(key)
-                if arg is None:
-                    encode_arg(op_type, key, value)  # raises: unknown argument
-                elif not arg.tensor:
-                    raise SpecError(op_type, key, "takes a constant, not an operator output")
-                spec.arg_inputs[key].CopyFrom(value.ref())
-            elif value is not None:
-                spec.args[key].CopyFrom(encode_arg(op_type, key, value))
-        spec.num_outputs = num_outputs(spec)
-        if schema.outputs_from and not spec.num_outputs:
-            raise SpecError(op_type, schema.outputs_from, "needs at least one entry (one per "
-                            "output)")
-        index = builder.add(spec)
-        nodes = [DataNode(index, i, builder) for i in range(spec.num_outputs)]
-        return nodes[0] if len(nodes) == 1 else tuple(nodes)
-
-    op.__name__ = op_type.rsplit(".", 1)[-1]
-    op.__qualname__ = f"fn.{op_type}"
-    op.__doc__ = f"Operator ``fn.{op_type}``: arguments {sorted(schema.args)}."
-    return op
+from conveyor.graph import make_op
+from conveyor.schema import SCHEMAS
 
 
 def _declared_ops() -> dict[str, Any]:
     """The top-level operators by name, and a namespace per prefix (``readers``); ``math``
     also holds DALI's ``fn.math`` functions (``conveyor.expressions``)."""
-    made = {op_type: _make_op(op_type) for op_type in SCHEMAS}
-    expressions.use_operators(made)
+    made = {op_type: make_op(op_type) for op_type in SCHEMAS}
     top: dict[str, Any] = {}
     grouped: dict[str, dict[str, Callable[..., Any]]] = {"math": {}}
     for op_type, op in made.items():

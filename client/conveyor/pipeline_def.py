@@ -8,15 +8,13 @@ overridden per call; ``checkpoint=blob`` restores, as DALI's.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import secrets
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, overload
 
 from conveyor.errors import InvalidArgument
+from conveyor.graph import DataNode, building
 from conveyor.pipeline import Pipeline, RunOptions
 from conveyor.spec import SPEC_VERSION, validate_spec
 from conveyor.v1 import pipeline_pb2
@@ -44,97 +42,6 @@ RUN_ARGS: dict[str, Any] = {
 #: Every pipeline argument ``@pipeline_def`` and its functions take.
 PIPELINE_ARGS: dict[str, Any] = {**SPEC_ARGS, **RUN_ARGS}
 
-_current: contextvars.ContextVar[GraphBuilder | None] = contextvars.ContextVar(
-    "conveyor_graph", default=None
-)
-
-
-@dataclass(frozen=True)
-class DataNode:
-    """A symbolic output of an operator inside a pipeline definition."""
-
-    op: int
-    output: int
-    builder: GraphBuilder
-
-    def ref(self) -> pipeline_pb2.OutputRef:
-        return pipeline_pb2.OutputRef(op=self.op, output=self.output)
-
-    # -- DALI's arithmetic operators: each records one operator (conveyor.expressions) ----
-    def __add__(self, other: Any) -> Any: return _binary("add", self, other)
-    def __radd__(self, other: Any) -> Any: return _binary("add", other, self)
-    def __sub__(self, other: Any) -> Any: return _binary("sub", self, other)
-    def __rsub__(self, other: Any) -> Any: return _binary("sub", other, self)
-    def __mul__(self, other: Any) -> Any: return _binary("mul", self, other)
-    def __rmul__(self, other: Any) -> Any: return _binary("mul", other, self)
-    def __truediv__(self, other: Any) -> Any: return _binary("fdiv", self, other)
-    def __rtruediv__(self, other: Any) -> Any: return _binary("fdiv", other, self)
-    def __floordiv__(self, other: Any) -> Any: return _binary("div", self, other)
-    def __rfloordiv__(self, other: Any) -> Any: return _binary("div", other, self)
-    def __mod__(self, other: Any) -> Any: return _binary("mod", self, other)
-    def __rmod__(self, other: Any) -> Any: return _binary("mod", other, self)
-    def __pow__(self, other: Any) -> Any: return _binary("pow", self, other)
-    def __rpow__(self, other: Any) -> Any: return _binary("pow", other, self)
-    def __and__(self, other: Any) -> Any: return _binary("bitand", self, other)
-    def __rand__(self, other: Any) -> Any: return _binary("bitand", other, self)
-    def __or__(self, other: Any) -> Any: return _binary("bitor", self, other)
-    def __ror__(self, other: Any) -> Any: return _binary("bitor", other, self)
-    def __xor__(self, other: Any) -> Any: return _binary("bitxor", self, other)
-    def __rxor__(self, other: Any) -> Any: return _binary("bitxor", other, self)
-    def __eq__(self, other: object) -> Any: return _binary("eq", self, other)
-    def __ne__(self, other: object) -> Any: return _binary("neq", self, other)
-    def __lt__(self, other: Any) -> Any: return _binary("lt", self, other)
-    def __le__(self, other: Any) -> Any: return _binary("leq", self, other)
-    def __gt__(self, other: Any) -> Any: return _binary("gt", self, other)
-    def __ge__(self, other: Any) -> Any: return _binary("geq", self, other)
-    def __neg__(self) -> Any: return _unary("minus", self)
-    def __pos__(self) -> DataNode: return self
-    def __abs__(self) -> Any: return _unary("abs", self)
-    def __hash__(self) -> int: return hash((self.op, self.output, id(self.builder)))
-    __array_ufunc__ = None  # ``array * node``: a TypeError, not an array of nodes
-
-
-def _binary(op: str, left: Any, right: Any) -> Any:
-    from conveyor import expressions
-
-    return expressions.binary(op, left, right)
-
-
-def _unary(op: str, operand: Any) -> Any:
-    from conveyor import expressions
-
-    return expressions.unary(op, operand)
-
-
-class GraphBuilder:
-    def __init__(self) -> None:
-        self.ops: list[pipeline_pb2.OpSpec] = []
-
-    def add(self, op: pipeline_pb2.OpSpec) -> int:
-        self.ops.append(op)
-        return len(self.ops) - 1
-
-
-def current_builder(op_type: str) -> GraphBuilder:
-    builder = _current.get()
-    if builder is None:
-        raise InvalidArgument(
-            f"fn.{op_type} was called outside a @pipeline_def function: operators only "
-            "describe a graph while a pipeline definition runs"
-        )
-    return builder
-
-
-@contextmanager
-def _building() -> Iterator[GraphBuilder]:
-    builder = GraphBuilder()
-    token = _current.set(builder)
-    try:
-        yield builder
-    finally:
-        _current.reset(token)
-
-
 def build_spec(
     graph_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     pipeline_args: dict[str, Any],
@@ -159,7 +66,7 @@ def build_spec(
             raise InvalidArgument(f"pipeline_def: argument '{name}': got {value!r}, "
                                   "expected an int >= 1")
     device_id = merged["device_id"]
-    with _building() as builder:
+    with building() as builder:
         result = graph_fn(*args, **kwargs)
     outputs = result if isinstance(result, tuple | list) else (result,)
     spec = pipeline_pb2.PipelineSpec(

@@ -10,7 +10,8 @@ import pytest
 
 from conveyor import fn
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.pipeline_def import DataNode, pipeline_def
+from conveyor.graph import DataNode
+from conveyor.pipeline_def import pipeline_def
 from conveyor.schema import decode_args
 from conveyor.v1 import pipeline_pb2
 
@@ -24,7 +25,7 @@ def recorded(graph: Any) -> list[tuple[str, dict[str, Any], list[int]]]:
         other = fn.random.normal(shape=(4,))
         return graph(images, other)
 
-    spec: pipeline_pb2.PipelineSpec = define()
+    spec: pipeline_pb2.PipelineSpec = define().spec
     return [(op.type, {k: v for k, v in decode_args(op).items() if k != "seed"},
              [ref.op for ref in op.inputs]) for op in spec.ops[2:]]
 

@@ -323,8 +323,8 @@ def _add_unseeded_op(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     with_noise = dataclasses.replace(
         measured, digests={**measured.digests, "test.unkeyed_noise@cpu": b"\1" * 12})
     monkeypatch.setattr(pipeline_module, "process_behaviour", lambda: with_noise)
-    from conveyor.fn import _make_op
-    return _make_op("test.unkeyed_noise")
+    from conveyor.graph import make_op
+    return make_op("test.unkeyed_noise")
 
 
 def test_the_resume_harness_catches_an_unkeyed_random_draw(

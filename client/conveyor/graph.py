@@ -1,0 +1,196 @@
+"""The graph a pipeline definition records while its function runs.
+
+``DataNode`` is one output of a recorded operator; ``GraphBuilder`` holds the operators of
+the definition being run (``building()`` makes one current, ``current_builder`` finds it);
+``make_op`` makes the function that records one call of an operator, as ``fn``'s are, its
+constant arguments validated against the declarations (``conveyor.schema``) at once.
+
+DALI's arithmetic expressions are ``DataNode``'s operators: ``images * 0.5``,
+``(a + b) // 2``, ``-x``, ``a < b``, ``mask & 1``, ``0.5 * images`` each record one
+operator (``conveyor.math_schemas``) through ``make_op``: two operator outputs make
+``math.binary``, an output and a Python number ``math.scalar`` (the number's type, int,
+float or bool, is kept: it decides the result type, see the server's
+``engine/ops/arithmetic/expressions.py`` for the promotion rules), one output
+``math.unary``. ``fn.math``'s functions are in ``conveyor.expressions``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.errors import InvalidArgument, SpecError
+from conveyor.math_schemas import MAX_EXACT_INT
+from conveyor.schema import encode_arg, num_outputs, schema_of
+from conveyor.v1 import pipeline_pb2
+
+_current: contextvars.ContextVar[GraphBuilder | None] = contextvars.ContextVar(
+    "conveyor_graph", default=None
+)
+
+
+@dataclass(frozen=True)
+class DataNode:
+    """A symbolic output of an operator inside a pipeline definition."""
+
+    op: int
+    output: int
+    builder: GraphBuilder
+
+    def ref(self) -> pipeline_pb2.OutputRef:
+        return pipeline_pb2.OutputRef(op=self.op, output=self.output)
+
+    # -- DALI's arithmetic operators: each records one operator (see the module's text) --
+    def __add__(self, other: Any) -> Any: return binary("add", self, other)
+    def __radd__(self, other: Any) -> Any: return binary("add", other, self)
+    def __sub__(self, other: Any) -> Any: return binary("sub", self, other)
+    def __rsub__(self, other: Any) -> Any: return binary("sub", other, self)
+    def __mul__(self, other: Any) -> Any: return binary("mul", self, other)
+    def __rmul__(self, other: Any) -> Any: return binary("mul", other, self)
+    def __truediv__(self, other: Any) -> Any: return binary("fdiv", self, other)
+    def __rtruediv__(self, other: Any) -> Any: return binary("fdiv", other, self)
+    def __floordiv__(self, other: Any) -> Any: return binary("div", self, other)
+    def __rfloordiv__(self, other: Any) -> Any: return binary("div", other, self)
+    def __mod__(self, other: Any) -> Any: return binary("mod", self, other)
+    def __rmod__(self, other: Any) -> Any: return binary("mod", other, self)
+    def __pow__(self, other: Any) -> Any: return binary("pow", self, other)
+    def __rpow__(self, other: Any) -> Any: return binary("pow", other, self)
+    def __and__(self, other: Any) -> Any: return binary("bitand", self, other)
+    def __rand__(self, other: Any) -> Any: return binary("bitand", other, self)
+    def __or__(self, other: Any) -> Any: return binary("bitor", self, other)
+    def __ror__(self, other: Any) -> Any: return binary("bitor", other, self)
+    def __xor__(self, other: Any) -> Any: return binary("bitxor", self, other)
+    def __rxor__(self, other: Any) -> Any: return binary("bitxor", other, self)
+    def __eq__(self, other: object) -> Any: return binary("eq", self, other)
+    def __ne__(self, other: object) -> Any: return binary("neq", self, other)
+    def __lt__(self, other: Any) -> Any: return binary("lt", self, other)
+    def __le__(self, other: Any) -> Any: return binary("leq", self, other)
+    def __gt__(self, other: Any) -> Any: return binary("gt", self, other)
+    def __ge__(self, other: Any) -> Any: return binary("geq", self, other)
+    def __neg__(self) -> Any: return unary("minus", self)
+    def __pos__(self) -> DataNode: return self
+    def __abs__(self) -> Any: return unary("abs", self)
+    def __hash__(self) -> int: return hash((self.op, self.output, id(self.builder)))
+    __array_ufunc__ = None  # ``array * node``: a TypeError, not an array of nodes
+
+
+class GraphBuilder:
+    def __init__(self) -> None:
+        self.ops: list[pipeline_pb2.OpSpec] = []
+
+    def add(self, op: pipeline_pb2.OpSpec) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+
+def current_builder(op_type: str) -> GraphBuilder:
+    builder = _current.get()
+    if builder is None:
+        raise InvalidArgument(
+            f"fn.{op_type} was called outside a @pipeline_def function: operators only "
+            "describe a graph while a pipeline definition runs"
+        )
+    return builder
+
+
+@contextmanager
+def building() -> Iterator[GraphBuilder]:
+    builder = GraphBuilder()
+    token = _current.set(builder)
+    try:
+        yield builder
+    finally:
+        _current.reset(token)
+
+
+def make_op(op_type: str) -> Callable[..., Any]:
+    schema = schema_of(op_type)
+
+    def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
+        builder = current_builder(op_type)
+        if len(inputs) != schema.num_inputs:
+            raise SpecError(op_type, None, f"takes {schema.num_inputs} positional input(s), "
+                            f"got {len(inputs)}")
+        if device not in schema.devices:
+            raise SpecError(op_type, "device", f"got {device!r}, expected one of "
+                            + ", ".join(repr(d) for d in schema.devices))
+        spec = pipeline_pb2.OpSpec(type=op_type, name=name, device=device,
+                                   num_outputs=len(schema.outputs))
+        for i, node in enumerate(inputs):
+            if not isinstance(node, DataNode) or node.builder is not builder:
+                raise SpecError(op_type, None, f"input {i} is {node!r}, expected the output "
+                                "of another operator of this pipeline")
+            spec.inputs.append(node.ref())
+        for key, value in kwargs.items():
+            if isinstance(value, DataNode):
+                arg = schema.args.get(key)
+                if arg is None:
+                    encode_arg(op_type, key, value)  # raises: unknown argument
+                elif not arg.tensor:
+                    raise SpecError(op_type, key, "takes a constant, not an operator output")
+                spec.arg_inputs[key].CopyFrom(value.ref())
+            elif value is not None:
+                spec.args[key].CopyFrom(encode_arg(op_type, key, value))
+        spec.num_outputs = num_outputs(spec)
+        if schema.outputs_from and not spec.num_outputs:
+            raise SpecError(op_type, schema.outputs_from, "needs at least one entry (one per "
+                            "output)")
+        index = builder.add(spec)
+        nodes = [DataNode(index, i, builder) for i in range(spec.num_outputs)]
+        return nodes[0] if len(nodes) == 1 else tuple(nodes)
+
+    op.__name__ = op_type.rsplit(".", 1)[-1]
+    op.__qualname__ = f"fn.{op_type}"
+    op.__doc__ = f"Operator ``fn.{op_type}``: arguments {sorted(schema.args)}."
+    return op
+
+
+@functools.cache
+def _maker(op_type: str) -> Callable[..., Any]:
+    return make_op(op_type)
+
+
+def constant(value: Any) -> tuple[float, str] | None:
+    """A Python (or numpy) scalar as (value, constant type); None for anything else."""
+    kind = type(value).__name__
+    if isinstance(value, bool) or kind == "bool_":
+        return float(bool(value)), "bool"
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "shape", 1) == ()
+                                  and value.dtype.kind in "iu"):
+        number = int(value)
+        if abs(number) > MAX_EXACT_INT:
+            raise SpecError("math.scalar", "value", f"got {number}: integer constants are "
+                            f"limited to +-2**53; make a wider constant with an operator")
+        return float(number), "int"
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "shape", 1) == ()
+                                    and value.dtype.kind == "f"):
+        return float(value), "float"
+    return None
+
+
+def binary(op: str, left: Any, right: Any) -> Any:
+    """``left op right`` as an operator; ``NotImplemented`` unless one operand is a
+    ``DataNode`` and the other a ``DataNode`` or a Python number."""
+    if isinstance(left, DataNode) and isinstance(right, DataNode):
+        return _maker("math.binary")(left, right, op=op)
+    node, other, reverse = (left, right, False) if isinstance(left, DataNode) else \
+        (right, left, True)
+    if not isinstance(node, DataNode):
+        return NotImplemented
+    given = constant(other)
+    if given is None:
+        return NotImplemented
+    value, constant_type = given
+    return _maker("math.scalar")(node, op=op, value=value, constant_type=constant_type,
+                                reverse=reverse)
+
+
+def unary(op: str, operand: Any) -> Any:
+    if not isinstance(operand, DataNode):
+        raise SpecError("math.unary", None, f"fn.math.{op}: got {operand!r}, expected the "
+                        "output of another operator")
+    return _maker("math.unary")(operand, op=op)
