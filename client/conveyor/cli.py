@@ -305,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       ("checkpoint", "checkpoint at the acknowledged position"),
                       ("checkpoints", "list retained checkpoints")):
         sub.add_parser(cmd, help=text).add_argument("name")
-    r = sub.add_parser("restore", help="restore a pipeline on this server from a checkpoint")
+    r = sub.add_parser("restore", help="restore a pipeline from a checkpoint, on a lightly "
+                                            "loaded server of the fleet")
     r.add_argument("name")
     r.add_argument("--checkpoint", required=True,
                    help="checkpoint id, e.g. rotate:12-9f3c0a1b2c3d4e5f")

@@ -1,7 +1,9 @@
 """The Conveyor client: ``Client(addresses)`` and the ``RemotePipeline`` it hands out.
 
 A client knows one or more servers: a list of addresses, or a DNS name that resolves to
-several (a headless Service). A call goes to the first that answers; a pipeline's stream
+several (a headless Service). A new pipeline (``create``, ``open``, ``restore`` without
+``via``) is placed on a lightly loaded live server of the fleet (``placement.py``); any
+other call goes to the first that answers; a pipeline's stream
 and checkpoints go to the server that holds it (``remote.py``), and follow it when it
 moves. Server errors surface as the classes of ``conveyor.errors``, with the server's
 reason and metadata.
@@ -9,6 +11,7 @@ reason and metadata.
 
 from __future__ import annotations
 
+import random
 import threading
 import weakref
 from collections.abc import Sequence
@@ -20,6 +23,7 @@ from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIME
 from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.opening import open_pipeline
+from conveyor.placement import Placement, call_placed, fleet
 from conveyor.remote import RemotePipeline, say_where_it_failed
 from conveyor.spec import Definition, as_spec
 from conveyor.v1 import service_pb2
@@ -46,7 +50,9 @@ class Client:
                  stream_timeout: float | None = None,
                  keepalive_s: float = KEEPALIVE_TIME_S,
                  keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
-                 failover: bool = True) -> None:
+                 failover: bool = True,
+                 placement_seed: int | random.Random | None = None,
+                 place: bool = True) -> None:
         """``target``: a server address, several (a list, or comma-separated), or a DNS
         name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
         is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
@@ -57,7 +63,17 @@ class Client:
         ``$CONVEYOR_TOKEN_FILE``, else ``$CONVEYOR_TOKEN``). ``tls``: verify the servers'
         certificate and present this client's (None: ``TlsOptions.from_env()``, the
         ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
-        environment says); see ``credentials.py``."""
+        environment says); see ``credentials.py``.
+
+        New pipelines (``create``, ``open``, ``restore`` without ``via``) are placed by two
+        random choices weighted by free capacity: two live servers drawn with weights of
+        their free pipeline slots times their idle fraction, the less loaded of the two
+        taking it; draining and full servers are skipped. The fleet is learnt from the
+        servers' records in Redis through any target (``placement.py``).
+        ``placement_seed``: the seed (or the ``random.Random``) of those draws, for a
+        repeatable placement; None: a fresh one. ``place``: False sends new pipelines to
+        the targets too, as every other call (a server creating its own configured
+        pipelines through its API)."""
         self.targets = server_targets(target, "conveyor.Client", "target")
         self.target = self.targets[0]
         self.timeout = timeout
@@ -72,6 +88,9 @@ class Client:
         #: The pipelines handed out, whose streams ``close()`` ends first.
         self._pipelines: weakref.WeakSet[RemotePipeline] = weakref.WeakSet()
         self._preferred = self.targets[0]
+        self._placement = None if not place else Placement(
+            placement_seed if isinstance(placement_seed, random.Random)
+            else random.Random(placement_seed))
 
     # -- servers ---------------------------------------------------------------------
 
@@ -92,6 +111,16 @@ class Client:
     def servers(self) -> list[str]:
         """Every server address the targets name now (DNS is asked again each time)."""
         return addresses(self.targets)
+
+    def fleet(self) -> list[service_pb2.ServerInfo]:
+        """The live servers with their capacity and load, as they last published them."""
+        return fleet(self)
+
+    def _placed(self, method: str, request: Any) -> tuple[Any, str]:
+        """``method`` on the server placement chooses: the reply and that server."""
+        if self._placement is None:
+            return self._call(method, request), self._preferred
+        return call_placed(self, self._placement, method, request)
 
     def _call(self, method: str, request: Any, timeout: float | None = None, *,
               via: str | None = None) -> Any:
@@ -128,10 +157,10 @@ class Client:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
         that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
         data-parallel job's rank, as ``open`` makes it."""
-        reply = self._call("CreatePipeline", service_pb2.CreatePipelineRequest(
+        reply, holder = self._placed("CreatePipeline", service_pb2.CreatePipelineRequest(
             name=name, spec=as_spec(spec), keep_checkpoints=keep_checkpoints, run_id=run_id,
             job=job))
-        return RemotePipeline(self, reply.pipeline, via=self._preferred)
+        return RemotePipeline(self, reply.pipeline, via=holder)
 
     def open(self, name: str, spec: Definition, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
@@ -159,7 +188,7 @@ class Client:
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
         after it): the stream then starts after them, so none is received twice.
-        ``via``: the server to host it on (by default the first that answers).
+        ``via``: the server to host it on (by default one placed as ``create`` places).
         ``run_id``: the run it belongs to from now on (by default the checkpoint's).
         ``job``: a data-parallel job's rank starting at the share's step (``open``)."""
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
@@ -177,10 +206,12 @@ class Client:
             request.run_id = run_id
         if job is not None:
             request.job.CopyFrom(job)
-        reply = self._call("Restore", request, via=via)
+        if via is None:
+            reply, via = self._placed("Restore", request)
+        else:
+            reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
-        return RemotePipeline(self, reply.pipeline, consumed=consumed,
-                              via=via or self._preferred)
+        return RemotePipeline(self, reply.pipeline, consumed=consumed, via=via)
 
     def resume(self, name: str, consumed: int, *,
                spec: Definition | None = None,

@@ -20,7 +20,9 @@ MOST = 300
 
 
 def trainer(*servers: str, **kw: float) -> conveyor.Client:
-    return conveyor.Client([*servers], timeout=10, **kw)  # type: ignore[arg-type]
+    """A trainer whose pipelines start on the first of ``servers`` (not placed), so the
+    faults below hit the server that holds them."""
+    return conveyor.Client([*servers], timeout=10, place=False, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("fault", ["kill -9", "SIGTERM drain", "SIGSTOP"])

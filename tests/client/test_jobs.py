@@ -163,7 +163,7 @@ def test_a_rank_fails_over_within_its_world_and_not_into_a_newer_one(
     a, b = start_server(), start_server()
     spec = spec_of(image_root)
     expected = reference(spec, 10)
-    ranks = [conveyor.Client([a.address, b.address], timeout=10).open(
+    ranks = [conveyor.Client([a.address, b.address], timeout=10, place=False).open(
         "job", spec, run_id="run-1", rank=r, world_size=2) for r in range(2)]
     assert {p.via for p in ranks} == {a.address}
     history = run_steps(ranks, 2)
@@ -189,7 +189,7 @@ def test_a_resized_rank_fails_over_from_its_own_worlds_checkpoints(
     expected = reference(spec, 2 * 3 + 3 * 5)
 
     def world(size: int) -> list[conveyor.RemotePipeline]:
-        return [conveyor.Client([a.address, b.address], timeout=10).open(
+        return [conveyor.Client([a.address, b.address], timeout=10, place=False).open(
             "job", spec, run_id="run-1", rank=r, world_size=size) for r in range(size)]
 
     two = world(2)

@@ -110,7 +110,7 @@ def test_a_new_run_fails_over_from_its_own_checkpoints(start_server: Start,
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
     expected = reference(spec, 6)
-    with conveyor.Client([a.address, b.address], timeout=10) as c:
+    with conveyor.Client([a.address, b.address], timeout=10, place=False) as c:
         old = c.open("runs", spec, run_id="r1")
         for _ in range(3):
             old.run()

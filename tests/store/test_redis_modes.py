@@ -84,8 +84,8 @@ def test_two_servers_resume_through_each_mode(mode: RedisMode, image_root: Path,
                for _ in range(2)]
     try:
         spec = rotate_pipeline(str(image_root / "imgs"))
-        with conveyor.Client(servers[0].address, timeout=20) as a, \
-                conveyor.Client(servers[1].address, timeout=20) as b:
+        with conveyor.Client(servers[0].address, timeout=20, place=False) as a, \
+                conveyor.Client(servers[1].address, timeout=20, place=False) as b:
             pipe = a.create("modes", spec)
             pipe.run()
             ckpt = pipe.checkpoint()

@@ -102,6 +102,9 @@ DEADLINE = 20.0
 
 
 def client(server: ServerProcess, **kw: Any) -> conveyor.Client:
+    """A client of ``server`` alone: its new pipelines are created there, not placed on
+    the fleet (``place=True`` to place them)."""
+    kw.setdefault("place", False)
     return conveyor.Client(server.address, timeout=DEADLINE, stream_timeout=120, **kw)
 
 

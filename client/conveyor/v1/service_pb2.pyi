@@ -289,3 +289,39 @@ class JoinJobResponse(_message.Message):
     cut_step: int
     cut_global_batches: int
     def __init__(self, generation: _Optional[int] = ..., run_id: _Optional[str] = ..., world_size: _Optional[int] = ..., step: _Optional[int] = ..., global_batches: _Optional[int] = ..., checkpoint_id: _Optional[str] = ..., cut_step: _Optional[int] = ..., cut_global_batches: _Optional[int] = ...) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("address", "instance", "worker_threads", "max_pipelines", "max_streams", "pipelines", "streams", "busy", "draining", "behaviour_digest", "published_unix_ms")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_THREADS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PIPELINES_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    PIPELINES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    BEHAVIOUR_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    instance: str
+    worker_threads: int
+    max_pipelines: int
+    max_streams: int
+    pipelines: int
+    streams: int
+    busy: float
+    draining: bool
+    behaviour_digest: str
+    published_unix_ms: int
+    def __init__(self, address: _Optional[str] = ..., instance: _Optional[str] = ..., worker_threads: _Optional[int] = ..., max_pipelines: _Optional[int] = ..., max_streams: _Optional[int] = ..., pipelines: _Optional[int] = ..., streams: _Optional[int] = ..., busy: _Optional[float] = ..., draining: _Optional[bool] = ..., behaviour_digest: _Optional[str] = ..., published_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ListServersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListServersResponse(_message.Message):
+    __slots__ = ("servers",)
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedCompositeFieldContainer[ServerInfo]
+    def __init__(self, servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ...) -> None: ...

@@ -84,6 +84,11 @@ class ConveyorStub:
                 request_serializer=conveyor_dot_v1_dot_service__pb2.JoinJobRequest.SerializeToString,
                 response_deserializer=conveyor_dot_v1_dot_service__pb2.JoinJobResponse.FromString,
                 _registered_method=True)
+        self.ListServers = channel.unary_unary(
+                '/conveyor.v1.Conveyor/ListServers',
+                request_serializer=conveyor_dot_v1_dot_service__pb2.ListServersRequest.SerializeToString,
+                response_deserializer=conveyor_dot_v1_dot_service__pb2.ListServersResponse.FromString,
+                _registered_method=True)
 
 
 class ConveyorServicer:
@@ -165,6 +170,15 @@ class ConveyorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListServers(self, request, context):
+        """Lists the live servers sharing this server's Redis, each as it last published itself
+        (every few seconds): its address, capacity and load. Clients place new pipelines
+        with it; a server that stopped publishing drops out within seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConveyorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +231,11 @@ def add_ConveyorServicer_to_server(servicer, server):
                     servicer.JoinJob,
                     request_deserializer=conveyor_dot_v1_dot_service__pb2.JoinJobRequest.FromString,
                     response_serializer=conveyor_dot_v1_dot_service__pb2.JoinJobResponse.SerializeToString,
+            ),
+            'ListServers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListServers,
+                    request_deserializer=conveyor_dot_v1_dot_service__pb2.ListServersRequest.FromString,
+                    response_serializer=conveyor_dot_v1_dot_service__pb2.ListServersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -489,6 +508,33 @@ class Conveyor:
             '/conveyor.v1.Conveyor/JoinJob',
             conveyor_dot_v1_dot_service__pb2.JoinJobRequest.SerializeToString,
             conveyor_dot_v1_dot_service__pb2.JoinJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListServers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/conveyor.v1.Conveyor/ListServers',
+            conveyor_dot_v1_dot_service__pb2.ListServersRequest.SerializeToString,
+            conveyor_dot_v1_dot_service__pb2.ListServersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -167,7 +167,9 @@ class StartupCalls:
                     token = self._tokens[owner] = secrets.token_urlsafe(32)
                     assert auth.tokens is not None
                     auth.tokens.add(owner, token)
-                out[owner] = Client(self.address, token=token, tls=False, timeout=60)
+                # Not placed: the configured pipelines are this server's own.
+                out[owner] = Client(self.address, token=token, tls=False, timeout=60,
+                                    place=False)
             yield out
         finally:
             for client in out.values():

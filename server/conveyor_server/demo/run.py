@@ -114,8 +114,9 @@ def run(args: argparse.Namespace, processes: list[Any]) -> bool:
     print(f"  server A  {a_addr}\n  server B  {b_addr}\n")
 
     spec = rotate_pipeline(str(data))
-    with (conveyor.Client(a_addr, timeout=30) as node_a,
-          conveyor.Client(b_addr, timeout=30) as node_b):
+    # Not placed: the demo shows server A's pipeline going on on server B.
+    with (conveyor.Client(a_addr, timeout=30, place=False) as node_a,
+          conveyor.Client(b_addr, timeout=30, place=False) as node_b):
         pipe = node_a.create("rotate", spec)
         for _ in range(WARMUP):
             pipe.run()

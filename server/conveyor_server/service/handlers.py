@@ -14,7 +14,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -46,6 +45,8 @@ from conveyor_server.service.listings import RedisListings
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream import BatchStreams
 from conveyor_server.service.stream_slots import StreamSlots
+from conveyor_server.service.worker_pool import WorkerPool
+from conveyor_server.store.fleet import Fleet, ServerRecord
 from conveyor_server.store.ids import check_name
 from conveyor_server.store.store import Store, StoredCheckpoint
 
@@ -56,6 +57,14 @@ def checkpoint_info(c: StoredCheckpoint) -> service_pb2.CheckpointInfo:
     return service_pb2.CheckpointInfo(
         id=c.id, pipeline=c.pipeline, batches=c.batches, created_unix_ms=c.created_ms,
         size_bytes=c.size, server=c.server, generation=c.generation, run_id=c.run_id)
+
+
+def server_info(r: ServerRecord) -> service_pb2.ServerInfo:
+    return service_pb2.ServerInfo(
+        address=r.address, instance=r.instance, worker_threads=r.worker_threads,
+        max_pipelines=r.max_pipelines, max_streams=r.max_streams, pipelines=r.pipelines,
+        streams=r.streams, busy=r.busy, draining=r.draining,
+        behaviour_digest=r.behaviour_digest, published_unix_ms=r.published_ms)
 
 
 class ConveyorService:
@@ -88,8 +97,10 @@ class ConveyorService:
         # Every hosted pipeline computes on these workers: the server's compute threads
         # stay bounded however many pipelines and streams it serves, so streams cannot
         # crowd unary RPCs and health checks out of the interpreter.
-        self.workers = ThreadPoolExecutor(worker_threads or len(os.sched_getaffinity(0)),
-                                          thread_name_prefix="conveyor-worker")
+        self.workers = WorkerPool(worker_threads or len(os.sched_getaffinity(0)),
+                                  thread_name_prefix="conveyor-worker")
+        #: The servers sharing this Redis, as they publish themselves (``fleet.py``).
+        self.fleet = Fleet(store)
         observer.watch_hosted(self.pipelines.count)
         #: Who may do what; ``create_server`` gives it the configured authenticator.
         self.access = Access(Authenticator(), store, self.pipelines)
@@ -288,6 +299,13 @@ class ConveyorService:
                 context: grpc.ServicerContext) -> service_pb2.JoinJobResponse:
         caller = self.access.caller(context)
         return self.jobs.join(request, "" if caller.operator else caller.identity)
+
+    @rpc_kinds.unary
+    def ListServers(self, request: service_pb2.ListServersRequest,
+                    context: grpc.ServicerContext) -> service_pb2.ListServersResponse:
+        self.access.caller(context)  # any identity may see the fleet: it names no pipeline
+        return service_pb2.ListServersResponse(
+            servers=[server_info(r) for r in self.fleet.servers()])
 
     @rpc_kinds.unary
     def ListCheckpoints(self, request: service_pb2.ListCheckpointsRequest,

@@ -18,6 +18,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conveyor.errors import (
@@ -193,6 +194,10 @@ class HostedPipeline:
         return info
 
 
+def _nothing() -> None:
+    return None
+
+
 class HostedPipelines:
     """The pipelines this server hosts, by name, with the server's capacity limit.
 
@@ -206,6 +211,14 @@ class HostedPipelines:
         self._max = max_pipelines
         self._by_name: dict[str, HostedPipeline] = {}
         self._lock = threading.Lock()
+        #: Called after a pipeline is hosted or removed (the fleet record publishes the
+        #: count at once, so a client placing the next pipeline sees it).
+        self.changed: Callable[[], None] = _nothing
+
+    @property
+    def limit(self) -> int:
+        """The most pipelines this server hosts (limits.max_pipelines)."""
+        return self._max
 
     def all(self) -> list[HostedPipeline]:
         with self._lock:
@@ -247,11 +260,13 @@ class HostedPipelines:
         if previous is not None:
             previous.end(f"pipeline {hosted.name!r} was restored again on {self._address}")
             previous.close()
+        self.changed()
 
     def remove(self, hosted: HostedPipeline) -> None:
         with self._lock:
             if self._by_name.get(hosted.name) is hosted:
                 del self._by_name[hosted.name]
+        self.changed()
 
     def fence(self, seen: HostedPipeline, holder: str | None) -> None:
         """End the local pipeline ``seen`` (as the watcher saw it): restored on ``holder``,

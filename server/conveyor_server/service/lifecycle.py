@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2
 
 from conveyor.channel import SERVICE_NAME
 from conveyor.errors import ConveyorError
+from conveyor_server.service.fleet import FleetPublisher
 from conveyor_server.service.handlers import ConveyorService
 
 log = logging.getLogger("conveyor.server")
@@ -34,6 +35,8 @@ class Runtime:
         self.watch_interval = watch_interval
         self.stopped = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="fencing-watcher", daemon=True)
+        #: This server's record in the fleet, which clients place pipelines by.
+        self.fleet = FleetPublisher(service)
 
     def start(self, *, serving: bool = True) -> None:
         """Start answering; health says SERVING at once, or once ``set_serving()`` is
@@ -42,6 +45,7 @@ class Runtime:
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
         self._watcher.start()
+        self.fleet.start()
         if serving:
             self.set_serving()
 
@@ -92,6 +96,7 @@ class Runtime:
         log.info("draining: checkpointing pipelines and ending streams")
         self.health.enter_graceful_shutdown()
         self.service.streams.draining.set()
+        self.fleet.publish()  # draining: clients place no more pipelines here
         self.service.streams.checkpoint_streaming()
         # Streams checkpoint themselves as they end; the rest are checkpointed once every
         # stream is over, so a stream that was ending anyway is not missed.
@@ -113,6 +118,7 @@ class Runtime:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.fleet.stop()
         self.server.stop(0)
         for hosted in self.service.pipelines.all():
             hosted.close()
