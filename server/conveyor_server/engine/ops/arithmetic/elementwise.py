@@ -139,17 +139,14 @@ def _pow(base: float, exponent: float) -> float:
         return -math.inf if base < 0.0 and odd else math.inf
 
 
-def _atan2(y: float, x: float) -> float:
-    return math.atan2(y, x)
-
-
 _SCALAR_UNARY: dict[str, Callable[[float], float]] = {
     "exp": _guarded(math.exp), "log": _log_of(math.log), "log2": _log_of(math.log2),
     "log10": _log_of(math.log10), "sin": _guarded(math.sin), "cos": _guarded(math.cos),
     "tan": _guarded(math.tan), "asin": _guarded(math.asin), "acos": _guarded(math.acos),
     "atan": _guarded(math.atan),
 }
-_SCALAR_BINARY: dict[str, Callable[[float, float], float]] = {"pow": _pow, "atan2": _atan2}
+_SCALAR_BINARY: dict[str, Callable[[float, float], float]] = {"pow": _pow,
+                                                              "atan2": math.atan2}
 
 
 def libm_unary(name: str, values: np.ndarray) -> np.ndarray:
