@@ -118,6 +118,10 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
         assert value(samples, "conveyor_hosted_pipelines") == 2
         assert value(samples, "conveyor_active_streams") == 1
         assert value(samples, "conveyor_batches_streamed_total") >= sent + 1
+        # The client ends its stream first: a delete ends a stream only once the stream
+        # asks for its next batch, and one blocked on flow control (the copy's consumer
+        # reads no more) would wait for its client.
+        copy.close()
         c.delete(COPY)
         wait_for(lambda: metric(server, "conveyor_active_streams") == 0, "the copy's stream")
         samples, text = scrape(server)
