@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             behaviour=behaviour, keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s),
             worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
             external_sources=sources)
+        metrics.watch_service(service)
         startup = StartupCalls(security.authenticator)
         if cfg.pipelines:
             startup.bind(server)

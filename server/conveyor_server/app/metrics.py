@@ -2,9 +2,12 @@
 
 ``Metrics()`` holds every metric and records what the service reports through
 ``conveyor_server.service.observer.ServiceObserver``.
+``watch_service(service)`` adds the server's load: per pipeline and per server, for
+autoscaling and the dashboard (``load_metrics.py``).
 ``serve_metrics("HOST:PORT", metrics)`` exposes it over HTTP (``/metrics``; port 0 picks a
-free one). No label carries a pipeline name (names are unbounded): the only labels are the
-RPC method and status code, both fixed sets, and the build's fixed identity.
+free one). Labels: the RPC method and status code (fixed sets), the build's fixed identity,
+and the names of the pipelines hosted now (``pipeline``, at most ``limits.max_pipelines``;
+a pipeline's series go when it leaves the server).
 
 The streaming hot path costs one update of each stream counter per batch, nothing per
 sample.
@@ -16,6 +19,7 @@ import hashlib
 import platform
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -23,9 +27,13 @@ from prometheus_client.exposition import start_http_server
 
 from conveyor.channel import host_port
 from conveyor_server import __version__
+from conveyor_server.app.load_metrics import PipelineLoad, ServerLoad
 from conveyor_server.engine import keyed_random
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.identity.engine_id import OUTPUT_VERSION
+
+if TYPE_CHECKING:
+    from conveyor_server.service.handlers import ConveyorService
 
 #: Seconds, from a fraction of a millisecond (a checkpoint of an idle pipeline) to seconds
 #: (a batch of large images, a restore that lists a big data set).
@@ -105,6 +113,18 @@ class Metrics:
             "Time the start-up behaviour probe took (every operator on the canonical probes).",
             registry=r)
         self.probe_seconds.set(behaviour.seconds)
+        self.pipeline_load = PipelineLoad()
+        r.register(self.pipeline_load)
+        self.server_load = ServerLoad()
+        r.register(self.server_load)
+
+    def watch_service(self, service: ConveyorService) -> None:
+        """Export ``service``'s load: its hosted pipelines' series, its worker threads and
+        how busy they are, its capacity."""
+        pipelines = service.pipelines
+        self.pipeline_load.watch(lambda: [hosted.name for hosted in pipelines.all()])
+        self.server_load.watch(service.workers.busy_seconds, service.workers.threads,
+                               pipelines.limit, service.streams.slots.max_streams)
 
     # -- ServiceObserver ---------------------------------------------------------------
 
@@ -127,6 +147,9 @@ class Metrics:
         self.batches_streamed.inc()
         self.samples_streamed.inc(samples)
         self.bytes_streamed.inc(nbytes)
+
+    def pipeline_streamed(self, pipeline: str, samples: int, waited: float) -> None:
+        self.pipeline_load.streamed(pipeline, samples, waited)
 
     def decode_error(self) -> None:
         self.decode_errors.inc()

@@ -2,7 +2,7 @@
 
 The service calls these methods; the application passes an implementation in
 (``conveyor_server.app.metrics.Metrics`` records them as Prometheus metrics). The
-streaming hot path makes two calls per batch and none per sample.
+streaming hot path makes three calls per batch and none per sample.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ class ServiceObserver(Protocol):
 
     def batch_streamed(self, samples: int, nbytes: int) -> None:
         """A batch of ``samples`` samples went out in frames of ``nbytes`` bytes."""
+
+    def pipeline_streamed(self, pipeline: str, samples: int, waited: float) -> None:
+        """A batch of ``samples`` samples of ``pipeline`` went out, after its stream waited
+        ``waited`` seconds for the engine with no batch ready to send."""
 
     def decode_error(self) -> None:
         """A batch could not be made: a data file was unreadable or undecodable."""

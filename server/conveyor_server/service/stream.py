@@ -96,7 +96,8 @@ class BatchStreams:
                     return
                 index, batch, release = taken
                 samples = len(batch[0]) if batch else 0
-                self._observer.batch_waited(time.perf_counter() - started)
+                waited = time.perf_counter() - started
+                self._observer.batch_waited(waited)
                 size = 0
                 try:  # a GPU batch's frames are encoded from its output-ring slot
                     for frame in encode_frames(index, batch):
@@ -107,6 +108,7 @@ class BatchStreams:
                     release()
                 hosted.record_sent(token, index + 1)
                 self._observer.batch_streamed(samples, size)
+                self._observer.pipeline_streamed(hosted.name, samples, waited)
         except ConveyorError:
             hosted.check_live()  # a pipeline deleted or fenced under the stream says so
             raise
