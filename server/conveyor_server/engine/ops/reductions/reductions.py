@@ -238,14 +238,15 @@ def _probe_inputs() -> list[np.ndarray]:
 def _probe(kind: str) -> Callable[[str], list[Case]]:
     def cases(variant: str) -> list[Case]:
         samples = _probe_inputs()
-        found = []
+        found: list[Case] = []
         for axes, keep in ((None, False), ((0, 1), True), ((2,), False), ((0, 2), False),
                            ((-3,), True), ((), False)):
             args: dict[str, object] = {"keep_dims": keep}
             if axes is not None:
                 args["axes"] = list(axes)
             if kind in WITH_MEAN:
-                pairs = [([x, reduce_sample("probe", "mean", x, axes, keep)], {})
+                pairs: list[tuple[list[np.ndarray], dict[str, np.ndarray]]] = [
+                    ([x, reduce_sample("probe", "mean", x, axes, keep)], {})
                          for x in samples]
                 found.append(Case(args, pairs))
                 found.append(Case({**args, "ddof": 1}, pairs))

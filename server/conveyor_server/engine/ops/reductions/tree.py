@@ -70,6 +70,21 @@ def lane_offsets(shape: Sequence[int], axes: Sequence[int]) -> np.ndarray:
     return offsets
 
 
+class _Requests:
+    """The nodes one level asks of the level below, grouped by shape: where each node's
+    result will be in its group's results."""
+
+    def __init__(self) -> None:
+        self.parts: dict[Key, list[np.ndarray]] = {}
+        self.counts: dict[Key, int] = {}
+
+    def add(self, key: Key, starts: np.ndarray) -> tuple[Key, int]:
+        at = self.counts.get(key, 0)
+        self.parts.setdefault(key, []).append(starts)
+        self.counts[key] = at + starts.size
+        return key, at
+
+
 def tree_reduce(values: np.ndarray, axes: Sequence[int], combine: Combine,
                 neutral: float | int) -> np.ndarray:
     """``values`` (already in the accumulation type) reduced over ``axes`` in DALI's order:
@@ -90,15 +105,7 @@ def tree_reduce(values: np.ndarray, axes: Sequence[int], combine: Combine,
     current: dict[Key, list[np.ndarray]] = {root: [np.zeros(1, dtype=np.int64)]}
     while current:
         groups = {key: np.concatenate(parts) for key, parts in current.items()}
-        below: dict[Key, list[np.ndarray]] = {}
-        counts: dict[Key, int] = {}
-
-        def request(key: Key, starts: np.ndarray) -> tuple[Key, int]:
-            at = counts.get(key, 0)
-            below.setdefault(key, []).append(starts)
-            counts[key] = at + starts.size
-            return key, at
-
+        below = _Requests()
         plan: dict[Key, tuple[str, list[tuple[Key, int]]]] = {}
         for key, starts in groups.items():
             axis, extent = key
@@ -108,14 +115,14 @@ def tree_reduce(values: np.ndarray, axes: Sequence[int], combine: Combine,
                 plan[key] = ("leaf", [])
             elif extent >= 2 and extent * inner > LEAF:
                 half = extent // 2
-                plan[key] = ("split", [request((axis, half), starts),
-                                       request((axis, extent - half), starts + half * stride)])
+                plan[key] = ("split", [below.add((axis, half), starts),
+                                       below.add((axis, extent - half), starts + half * stride)])
             else:
                 child = (axis + 1, sizes[axis + 1])
-                plan[key] = ("rows", [request(child, starts + i * stride)
+                plan[key] = ("rows", [below.add(child, starts + i * stride)
                                       for i in range(extent)])
         levels.append((groups, plan))
-        current = below
+        current = below.parts
 
     # Bottom up: each level's results from those of the level below.
     results: dict[Key, np.ndarray] = {}
