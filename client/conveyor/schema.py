@@ -5,10 +5,8 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
 ``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2),
-``color_schemas``, ``math_schemas`` (expressions), ``source_schemas`` (``external_source``,
-``decoders.image_slice``), ``reduction_schemas`` (``reductions.*``) and ``transform_schemas``
-(``transforms.*``, the affine matrix builders).
+filled in. Schemas also live in the ``*_schemas`` modules beside this one (readers, colour,
+expressions, sources, ``reductions.*``, ``transforms.*``).
 """
 
 from __future__ import annotations
@@ -184,8 +182,7 @@ SCHEMAS: dict[str, OpSchema] = {
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
     **MATH_SCHEMAS,
-    **REDUCTION_SCHEMAS,
-    **TRANSFORM_SCHEMAS,
+    **REDUCTION_SCHEMAS, **TRANSFORM_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),
@@ -311,9 +308,7 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
         _check_text(op, name, [value])
         out.s = value
     elif kind in ("ints", "floats", "strings"):
-        if kind == "floats" and _is_number(value):
-            value = [value]
-        if kind == "ints" and isinstance(value, int) and not isinstance(value, bool):
+        if _is_number(value) and kind != "strings" and (kind == "floats" or isinstance(value, int)):
             value = [value]  # one number where a list is expected, as DALI takes it (axes=0)
         if kind == "strings" and isinstance(value, str):  # one string, as DALI takes it
             value = [value]
