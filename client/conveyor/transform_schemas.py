@@ -27,8 +27,9 @@ _ORDER = {"reverse_order": Arg("bool", default=False)}
 
 
 def _vector(default: tuple[float, ...] | None = None, *, required: bool = False) -> Arg:
-    return Arg("floats", default=default, tensor=True, required=required,
-               lengths=tuple(range(1, MAX_TRANSFORM_DIMS * (MAX_TRANSFORM_DIMS - 1) + 1)))
+    """A vector, one value per dimension (or one for all where DALI broadcasts it): its
+    length is checked against the transform's dimensions as each sample is made."""
+    return Arg("floats", default=default, tensor=True, required=required)
 
 
 def _transform(args: dict[str, Arg]) -> OpSchema:
