@@ -91,7 +91,7 @@ def _outputs(op: OpSchema) -> str:
 def operator_section(name: str, op: OpSchema) -> str:
     """One operator: its inputs, outputs and devices, and a table of its arguments."""
     lines = [f"#### fn.{name}", "",
-             f"Inputs: {op.num_inputs}. Outputs: {_outputs(op)}. "
+             f"Inputs: {op.inputs_text()}. Outputs: {_outputs(op)}. "
              f"Devices: {', '.join(f'`{d}`' for d in op.devices)}.", ""]
     if not op.args:
         return "\n".join([*lines, "No arguments.", ""])

@@ -112,8 +112,8 @@ def make_op(op_type: str) -> Callable[..., Any]:
 
     def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
         builder = current_builder(op_type)
-        if len(inputs) != schema.num_inputs:
-            raise SpecError(op_type, None, f"takes {schema.num_inputs} positional input(s), "
+        if len(inputs) not in schema.input_counts:
+            raise SpecError(op_type, None, f"takes {schema.inputs_text()} positional input(s), "
                             f"got {len(inputs)}")
         if device not in schema.devices:
             raise SpecError(op_type, "device", f"got {device!r}, expected one of "

@@ -5,9 +5,8 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
 ``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2),
-``color_schemas``, ``math_schemas`` (expressions) and ``source_schemas`` (``external_source``,
-``decoders.image_slice``).
+filled in. Schemas also live in the ``*_schemas`` modules beside this one (readers, colour,
+expressions, sources, ``reductions.*``, ``transforms.*``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.math_schemas import MATH_SCHEMAS
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
+from conveyor.reduction_schemas import REDUCTION_SCHEMAS
 from conveyor.source_schemas import SOURCE_SCHEMAS
+from conveyor.transform_schemas import TRANSFORM_SCHEMAS
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -181,6 +182,7 @@ SCHEMAS: dict[str, OpSchema] = {
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
     **MATH_SCHEMAS,
+    **REDUCTION_SCHEMAS, **TRANSFORM_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),
@@ -306,8 +308,8 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
         _check_text(op, name, [value])
         out.s = value
     elif kind in ("ints", "floats", "strings"):
-        if kind == "floats" and _is_number(value):
-            value = [value]
+        if _is_number(value) and kind != "strings" and (kind == "floats" or isinstance(value, int)):
+            value = [value]  # one number where a list is expected, as DALI takes it (axes=0)
         if kind == "strings" and isinstance(value, str):  # one string, as DALI takes it
             value = [value]
         if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):

@@ -74,6 +74,23 @@ class OpSchema:
     #: (defaults filled in) and the names of those fed per sample; None from it, or no
     #: rule: the size follows the data (checked as each sample is made).
     fixed_output: OutputRule | None = None
+    #: The most positional inputs it takes where some are optional (``transforms.*``: an
+    #: input matrix or none; ``transforms.combine``: two or more); None: ``num_inputs``
+    #: exactly.
+    max_inputs: int | None = None
+
+    @property
+    def input_counts(self) -> range:
+        """The numbers of positional inputs it takes."""
+        return range(self.num_inputs, (self.max_inputs or self.num_inputs) + 1)
+
+    def inputs_text(self) -> str:
+        """Its input count in words: "1", "0 or 1", "2 to 99"."""
+        counts = self.input_counts
+        if len(counts) == 1:
+            return str(self.num_inputs)
+        return f"{counts[0]} or {counts[-1]}" if len(counts) == 2 else \
+            f"{counts[0]} to {counts[-1]}"
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

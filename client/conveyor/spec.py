@@ -78,9 +78,9 @@ def validate_spec(spec: pipeline_pb2.PipelineSpec) -> None:
         if op.num_outputs != num_outputs(op):
             raise SpecError(where, None, f"has {op.num_outputs} outputs, expected "
                             f"{num_outputs(op)}")
-        if len(op.inputs) != schema.num_inputs:
+        if len(op.inputs) not in schema.input_counts:
             raise SpecError(where, None,
-                            f"takes {schema.num_inputs} input(s), got {len(op.inputs)}")
+                            f"takes {schema.inputs_text()} input(s), got {len(op.inputs)}")
         if op.device not in schema.devices:
             raise SpecError(op.type, "device", f"got {op.device!r}, expected one of "
                             + ", ".join(repr(d) for d in schema.devices))

@@ -135,11 +135,24 @@ def _op_pipelines(root: str) -> dict[str, Any]:
         angle = fn.random.uniform(values=[0.0, 45.0, 90.0])
         return fn.rotate(images, angle=angle, keep_size=False, interp_type=types.INTERP_NN), angle
 
+    @pipeline_def(**common)
+    def reduce_transform() -> Any:
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
+        images = fn.decoders.image(jpegs)
+        mean = fn.reductions.mean(images, axes=(0, 1))
+        std = fn.reductions.std_dev(images, mean, axes=(0, 1))
+        turn = fn.transforms.rotation(angle=fn.random.uniform(range=(-30.0, 30.0)),
+                                      center=[16.0, 16.0])
+        shift = fn.transforms.translation(offset=fn.random.uniform(range=(-4.0, 4.0),
+                                                                   shape=(2,)))
+        return fn.transforms.combine(turn, shift), mean, std, fn.reductions.max(images), labels
+
     return {"resize_crop_flip": resize_crop_flip, "normalize": normalize,
-            "rotate_bbox": rotate_bbox}
+            "rotate_bbox": rotate_bbox, "reduce_transform": reduce_transform}
 
 
-@pytest.mark.parametrize("name", ["resize_crop_flip", "normalize", "rotate_bbox"])
+@pytest.mark.parametrize("name", ["resize_crop_flip", "normalize", "rotate_bbox",
+                                  "reduce_transform"])
 @pytest.mark.parametrize("before", [0, 2, 9])
 def test_resume_is_exact_for_every_operator(data: Path, name: str, before: int) -> None:
     spec = _op_pipelines(str(data))[name]()

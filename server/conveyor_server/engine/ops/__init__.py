@@ -8,6 +8,8 @@ module, beside its behaviour probe; what each takes is declared in its schema
   the image header parsers that bound an image before it is decoded;
 - ``color/``: brightness_contrast, hsv, color_twist and their parameters;
 - ``normalize/``: crop_mirror_normalize (per sample, per batch, by table) and cast;
+- ``reductions/``: ``fn.reductions.*`` in DALI's summation order;
+- ``transforms/``: ``fn.transforms.*``, the affine matrix builders;
 - ``cuda/``: the GPU forms (planners, kernels, launches);
 - ``probes/``: the behaviour probes' contract (``probe_set.py``) and their canonical inputs;
 - ``args.py`` (argument helpers the operators share) and ``threads.py`` (OpenCV's own
