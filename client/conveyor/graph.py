@@ -112,9 +112,17 @@ def make_op(op_type: str) -> Callable[..., Any]:
 
     def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
         builder = current_builder(op_type)
-        if len(inputs) != schema.num_inputs:
-            raise SpecError(op_type, None, f"takes {schema.num_inputs} positional input(s), "
+        most = schema.num_inputs + len(schema.input_args)
+        if not schema.num_inputs <= len(inputs) <= most:
+            takes = f"{schema.num_inputs}" if most == schema.num_inputs else \
+                f"{schema.num_inputs} to {most}"
+            raise SpecError(op_type, None, f"takes {takes} positional input(s), "
                             f"got {len(inputs)}")
+        for name, node in zip(schema.input_args, inputs[schema.num_inputs:], strict=False):
+            if name in kwargs:
+                raise SpecError(op_type, name, "given both as a positional input and by name")
+            kwargs[name] = node
+        inputs = inputs[:schema.num_inputs]
         if device not in schema.devices:
             raise SpecError(op_type, "device", f"got {device!r}, expected one of "
                             + ", ".join(repr(d) for d in schema.devices))

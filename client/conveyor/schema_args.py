@@ -74,6 +74,15 @@ class OpSchema:
     #: (defaults filled in) and the names of those fed per sample; None from it, or no
     #: rule: the size follows the data (checked as each sample is made).
     fixed_output: OutputRule | None = None
+    #: Argument inputs it also takes as optional positional inputs after its
+    #: ``num_inputs`` ones, in order: ``fn.warp_affine(images, mtx)`` records ``mtx`` as
+    #: the argument input ``matrix``, as DALI's second input.
+    input_args: tuple[str, ...] = ()
+    #: Other names ``fn`` gives it (``experimental.equalize`` for ``equalize``, as DALI
+    #: has both); specs always carry the operator's own name.
+    aliases: tuple[str, ...] = ()
+    #: What it computes, for the operator reference (Markdown; empty: the table alone).
+    doc: str = ""
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

@@ -28,7 +28,7 @@ class SlicePlan:
 
 @dataclass(frozen=True)
 class WarpPlan:
-    """rotate (``warp.cu``)."""
+    """rotate and warp_affine (``warp.cu``)."""
 
     geom: np.ndarray  # (N, 5): in_h, in_w, channels, out_h, out_w
     matrix: np.ndarray  # (N, 6) float32: the output-to-input map

@@ -1,6 +1,7 @@
-// rotate: an affine warp, out[y, x] = in(M (x, y, 1)), as OpenCV's warpAffine with
-// WARP_INVERSE_MAP computes it: the source position in float32, ((m0 x + m1 y) + m2);
-// nearest rounds it to the nearest pixel, linear weighs the four pixels around it.
+// rotate and warp_affine: an affine warp, out[y, x] = in(M (x, y, 1)), as OpenCV's
+// warpAffine with WARP_INVERSE_MAP computes it: the source position in float32,
+// ((m0 x + m1 y) + m2); nearest rounds it to the nearest pixel, linear weighs the four
+// pixels around it.
 // Pixels outside the image are the fill value (constant border) or the nearest edge pixel
 // (replicate). One launch per batch: blockIdx.z is the sample.
 // geom: per sample 5 x i64: in_h, in_w, channels, out_h, out_w.
