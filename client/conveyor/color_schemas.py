@@ -4,7 +4,7 @@ and defaults."""
 
 from __future__ import annotations
 
-from conveyor.schema_args import CPU, CPU_GPU, SEED_ARGS, Arg, OpSchema
+from conveyor.schema_args import CPU_GPU, SEED_ARGS, Arg, OpSchema
 
 #: The output types of the colour operators ("": the input's type).
 COLOR_DTYPES = ("", "uint8", "int16", "float16", "float32")

@@ -118,10 +118,11 @@ def make_op(op_type: str) -> Callable[..., Any]:
                 f"{schema.num_inputs} to {most}"
             raise SpecError(op_type, None, f"takes {takes} positional input(s), "
                             f"got {len(inputs)}")
-        for name, node in zip(schema.input_args, inputs[schema.num_inputs:], strict=False):
-            if name in kwargs:
-                raise SpecError(op_type, name, "given both as a positional input and by name")
-            kwargs[name] = node
+        for arg_name, node in zip(schema.input_args, inputs[schema.num_inputs:], strict=False):
+            if arg_name in kwargs:
+                raise SpecError(op_type, arg_name, "given both as a positional input and by "
+                                "name")
+            kwargs[arg_name] = node
         inputs = inputs[:schema.num_inputs]
         if device not in schema.devices:
             raise SpecError(op_type, "device", f"got {device!r}, expected one of "

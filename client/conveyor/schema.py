@@ -4,10 +4,10 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 ``fn`` makes every operator of ``SCHEMAS`` from it; a server validates and bounds specs by
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
-``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2),
-``color_schemas``, ``geometry_schemas`` (``warp_affine``), ``math_schemas`` (expressions) and
-``source_schemas`` (``external_source``, ``decoders.image_slice``).
+``decode_args`` turns an ``OpSpec``'s arguments back into Python values, defaults filled in.
+Schemas also live in ``reader_schemas`` (numpy, webdataset, caffe, caffe2), ``color_schemas``,
+``geometry_schemas`` (``warp_affine``), ``math_schemas`` (expressions) and ``source_schemas``
+(``external_source``, ``decoders.image_slice``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
-#: The window decoders run on the CPU or, as DALI's, "mixed" (GPU output).
-DECODER_DEVICES = ("cpu", "mixed")
+DECODER_DEVICES = ("cpu", "mixed")  # the window decoders: CPU or, as DALI's, "mixed"
 # Defined in schema_args; named here too, where they have always been.
-Arg, OpSchema = schema_args.Arg, schema_args.OpSchema
+Arg = schema_args.Arg
+OpSchema = schema_args.OpSchema
 CPU_GPU, ON_ERROR = schema_args.CPU_GPU, schema_args.ON_ERROR
 _SEED, _ON_ERROR = schema_args.SEED_ARGS, schema_args.ON_ERROR_ARGS
 _CROP = {

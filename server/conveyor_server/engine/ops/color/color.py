@@ -87,11 +87,10 @@ def color_twist_params(ctx: OpContext) -> ColorParams:
 
 
 def saturation_params(ctx: OpContext) -> ColorParams:
-    """The 3x4 affine map of RGB pixels, float32: hsv's with hue 0 and value 1, as DALI
-    computes ``saturation``."""
+    """The 3x4 affine map of RGB pixels, float32, as DALI computes ``saturation``."""
     saturation = scalar_arg(ctx, "saturation", lo=0)
     return lambda targs, in_dtype, out_dtype: _affine(
-        color_params.hsv_matrix(0.0, saturation(targs), 1.0), 0.0)
+        color_params.saturation_matrix(saturation(targs)), 0.0)
 
 
 def _affine(matrix: np.ndarray, offset: float) -> np.ndarray:

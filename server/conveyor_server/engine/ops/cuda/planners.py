@@ -2,7 +2,8 @@
 code: rotate's geometry (``RotateArgs``), resize's sizes (``ResizeArgs``) and filters
 (``resize_filters``), crop regions (``crop_region``), the crop_mirror_normalize coefficients
 (``CmnParams``), the colour coefficients (``color.py``), warp_affine's matrices
-(``WarpAffineArgs``) and random_resized_crop's keyed windows (``sample_window``). Nothing here computes a parameter of its own.
+(``WarpAffineArgs``) and random_resized_crop's keyed windows (``sample_window``). Nothing
+here computes a parameter of its own.
 
 A planner maps a batch (arrays of any device: only shapes and types are read) and each
 sample's ``targs`` to a plan (``plans.py``); an error about one sample is ``SampleFailed``.
@@ -150,8 +151,13 @@ def warp_affine_planner(ctx: OpContext) -> Planner:
             raise InvalidArgument(f"{op}: on device='gpu' the output keeps the input's type "
                                   f"({dtype}), got dtype={params.dtype.name}: leave dtype "
                                   "unset and cast after, or warp on the CPU")
-        return _warp_plan(op, ctx, images, targs, params.geometry, params.fill,
-                          params.interp_type == "linear", params.fill_value is None, dtype)
+        linear = params.interp_type == "linear"
+        # Nearest: DALI's own matrix and rounding (``warp_affine.nearest``); linear:
+        # OpenCV's matrix, as the CPU operator's warp takes it.
+        geometry = params.geometry if linear else (
+            lambda hw, t: (params.output_size(hw), params.matrix(t)))
+        return _warp_plan(op, ctx, images, targs, geometry, params.fill, linear,
+                          params.fill_value is None, dtype, corner=not linear)
 
     return plan
 
@@ -159,7 +165,7 @@ def warp_affine_planner(ctx: OpContext) -> Planner:
 def _warp_plan(op: str, ctx: OpContext, images: Sequence[Any], targs: Sequence[Targs],
                geometry: Callable[[tuple[int, int], Targs], tuple[tuple[int, int], np.ndarray]],
                fill_of: Callable[[int], np.ndarray | None], linear: bool, replicate: bool,
-               dtype: np.dtype) -> plans.WarpPlan:
+               dtype: np.dtype, corner: bool = False) -> plans.WarpPlan:
     """rotate's and warp_affine's plan: per sample, the output size and OpenCV's
     output-to-input matrix from the CPU operator's own ``geometry``."""
     geom: list[list[int]] = []
@@ -180,7 +186,7 @@ def _warp_plan(op: str, ctx: OpContext, images: Sequence[Any], targs: Sequence[T
     return plans.WarpPlan(
         plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
         plans.padded(fills, _FLOAT), linear, replicate, [(g[3], g[4], g[2]) for g in geom],
-        dtype)
+        dtype, corner)
 
 
 # -- resize, random_resized_crop ----------------------------------------------------------

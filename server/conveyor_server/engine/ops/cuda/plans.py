@@ -37,6 +37,9 @@ class WarpPlan:
     replicate: bool
     out_shapes: list[Shape]
     dtype: np.dtype
+    #: ``matrix`` maps pixel corners and nearest takes the floor, as DALI's warp_affine
+    #: (see ``warp.cu``); False: OpenCV's pixel centres, nearest rounds.
+    corner: bool = False
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,34 @@ def inverted(op: str, m: np.ndarray) -> np.ndarray:
     return np.hstack([inv, shift[:, None]]).astype(_F32)
 
 
+def nearest(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int],
+            fill: np.ndarray | None) -> np.ndarray:
+    """The nearest-neighbour warp as DALI computes it: each output pixel centre
+    ``(x + 0.5, y + 0.5)`` maps through DALI's matrix ``m`` (float32), and the input pixel
+    whose square holds it (``floor``) is taken; outside the input, the nearest border pixel
+    or ``fill``. (OpenCV rounds positions to 1/1024 of a pixel first, and so takes the
+    neighbour of DALI's pixel where a position lies that close to a pixel edge.)"""
+    h, w, _ = image.shape
+    xs = (np.arange(out_hw[1], dtype=_F32) + _F32(0.5)).astype(np.float64)
+    ys = (np.arange(out_hw[0], dtype=_F32) + _F32(0.5))[:, None]
+
+    def position(row: int) -> np.ndarray:
+        # As DALI's compiled loop: the row's start (m1 y + m2) in float32, then one fused
+        # multiply-add per pixel, m0 x + start, rounded once to float32 (the product of
+        # two float32 values is exact in float64).
+        start = (m[row, 1] * ys + m[row, 2]).astype(np.float64)
+        return np.floor((np.float64(m[row, 0]) * xs + start).astype(_F32))
+
+    sx, sy = position(0), position(1)
+    ix = np.clip(sx, 0, w - 1).astype(np.intp)
+    iy = np.clip(sy, 0, h - 1).astype(np.intp)
+    out = image[iy, ix]
+    if fill is not None:
+        outside = (sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)
+        out[outside] = saturate_cast(fill, image.dtype)
+    return out
+
+
 @dataclass(frozen=True)
 class WarpAffineArgs:
     """``warp_affine``'s arguments, read once: per sample, the output size and the OpenCV
@@ -89,10 +117,12 @@ class WarpAffineArgs:
                                   "for this sample: only finite numbers are allowed")
         return m if self.inverse_map else inverted(self.op, m)
 
+    def output_size(self, in_hw: tuple[int, int]) -> tuple[int, int]:
+        return self.out_size if self.out_size is not None else in_hw
+
     def geometry(self, in_hw: tuple[int, int], targs: Targs) -> tuple[tuple[int, int], np.ndarray]:
         """The output (height, width) and OpenCV's output-to-input matrix for one sample."""
-        out_hw = self.out_size if self.out_size is not None else in_hw
-        return out_hw, warp_matrix(self.matrix(targs))
+        return self.output_size(in_hw), warp_matrix(self.matrix(targs))
 
     def fill(self, channels: int) -> np.ndarray | None:
         """One fill value per channel, or None to replicate the border."""
@@ -128,9 +158,13 @@ def build_warp_affine(ctx: OpContext) -> SampleOp:
         image = inputs[0]
         check_image(op, image, WARP_INPUTS)
         out_dtype = params.dtype or image.dtype
-        out_hw, matrix = params.geometry((image.shape[0], image.shape[1]), targs)
+        out_hw = params.output_size((image.shape[0], image.shape[1]))
         ctx.limits.check_output((*out_hw, image.shape[2]), out_dtype)
         fill = params.fill(image.shape[2])
+        if params.interp_type == "nn":
+            near = nearest(image, params.matrix(targs), out_hw, fill)
+            return (near if out_dtype == image.dtype else saturate_cast(near, out_dtype),)
+        matrix = warp_matrix(params.matrix(targs))
         if out_dtype == image.dtype:
             return (warp_affine(image, matrix, out_hw, interp, fill),)
         # Another output type: warped in float32, then rounded and clamped to it (DALI
@@ -157,7 +191,8 @@ def _fed(i: int) -> dict[str, np.ndarray]:
 def _warp_affine(interp: str) -> list[Case]:
     pictures = images(("uint8", "float32"))
     fed = [((p,), _fed(i)) for i, p in enumerate(pictures)]
-    plain = [((p,), {}) for p in pictures]
+    plain: list[tuple[Sequence[np.ndarray], dict[str, np.ndarray]]] = [
+        ((p,), {}) for p in pictures]
     three = [s for s in fed if s[0][0].shape[2] == 3]
     return [
         Case({"interp_type": interp, "matrix": list(_MATRICES[0])}, plain),

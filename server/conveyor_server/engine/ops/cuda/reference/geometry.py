@@ -42,6 +42,13 @@ def _fetch(image: np.ndarray, y: np.ndarray, x: np.ndarray, replicate: bool,
     return np.where(inside[..., None], values, fill.astype(_F32))
 
 
+def _fma(a: np.float32, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``corner_position(a, b, c)`` of ``warp.cu``: float32 operands, the product exact in
+    float64, the sum rounded to float64 and then to float32 (a fused multiply-add but where
+    the float64 sum falls exactly halfway between two float32 values)."""
+    return (np.float64(a) * b.astype(np.float64) + c.astype(np.float64)).astype(_F32)
+
+
 def warp_affine(plan: plans.WarpPlan, images: Sequence[np.ndarray]) -> list[np.ndarray]:
     outs = []
     for s, image in enumerate(images):
@@ -51,6 +58,12 @@ def warp_affine(plan: plans.WarpPlan, images: Sequence[np.ndarray]) -> list[np.n
         sx = (m[0] * x + m[1] * y) + m[2]
         sy = (m[3] * x + m[4] * y) + m[5]
         fill = plan.fill[s, :c]
+        if not plan.linear and plan.corner:
+            cx, cy = x + _F32(0.5), y + _F32(0.5)
+            ix, iy = (_to_index(np.floor(_fma(m[k], cx, (m[k + 1] * cy) + m[k + 2])), n)
+                      for k, n in ((0, in_w), (3, in_h)))
+            outs.append(store_f(_fetch(image, iy, ix, plan.replicate, fill), plan.dtype))
+            continue
         if not plan.linear:
             ix, iy = _to_index(np.rint(sx), in_w), _to_index(np.rint(sy), in_h)
             outs.append(store_f(_fetch(image, iy, ix, plan.replicate, fill), plan.dtype))
