@@ -42,8 +42,9 @@ def mixed_batch(seed: int = 0, count: int = 5) -> list[np.ndarray]:
 class Case:
     op_type: str
     args: dict[str, Any]
-    #: Per-sample argument values (one per sample of the batch), by name.
-    fed: dict[str, Sequence[float]] = field(default_factory=dict)
+    #: Per-sample argument values (one per sample of the batch: a number, or a matrix's
+    #: values), by name.
+    fed: dict[str, Sequence[Any]] = field(default_factory=dict)
     #: Largest difference allowed between the reference and the CPU operator, in units of
     #: the output type (LSB for integers); 0: byte-identical.
     tolerance: float = 0.0
