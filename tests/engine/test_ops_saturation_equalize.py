@@ -12,11 +12,15 @@ import pytest
 from conveyor import fn, pipeline_def
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.schema import encode_arg
-from conveyor_server.engine.ops.color import color
+from conveyor_server.engine import catalog
 from tests.support.op_helpers import build, gradient, noise, run
 
 YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.321], [0.211, -0.523, 0.311]])
-assert color.build_saturation and color.build_equalize  # registers the operators
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded() -> None:
+    catalog.load()
 
 
 def saturation_reference(image: np.ndarray, saturation: float) -> np.ndarray:

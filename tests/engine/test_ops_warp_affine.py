@@ -13,11 +13,15 @@ import pytest
 from conveyor import fn, pipeline_def, types
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.schema import encode_arg
-from conveyor_server.engine.ops.geometry import warp_affine
+from conveyor_server.engine import catalog
 from tests.support.op_helpers import build, gradient, noise, run
 
 SHEAR = (0.93, 0.21, 1.3, -0.17, 1.08, -2.4)
-assert warp_affine.build_warp_affine  # registers the operator
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded() -> None:
+    catalog.load()
 
 
 def nearest_reference(image: np.ndarray, m: tuple[float, ...], out_hw: tuple[int, int],
