@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 BATCH = 4
-#: (name, allowed max difference, what the pipeline does); the graphs are in ``graphs``.
+#: (name, allowed max difference); the graphs are in ``graphs``.
 CASES: tuple[tuple[str, float], ...] = (
     ("warp_affine_linear", 1), ("warp_affine_nn", 0), ("warp_affine_fill_size", 1),
-    ("warp_affine_input_matrix", 1), ("warp_affine_forward_nn", 0),
+    ("warp_affine_input_matrix", 1), ("warp_affine_nn_fill_size", 0),
+    ("warp_affine_forward_nn", 0), ("warp_affine_forward_linear", 1),
     ("warp_affine_float", 0.02), ("saturation", 1), ("saturation_fed", 1),
     ("saturation_float", 1e-3), ("equalize", 0),
 )
@@ -68,6 +69,10 @@ def graphs(fn: Any, types: Any, source: Any, matrices: Any, saturations: Any
         "warp_affine_fill_size": lambda: fn.warp_affine(source(), matrix=list(MATRICES[1]),
                                                         size=(41, 60), fill_value=17.0),
         "warp_affine_input_matrix": lambda: fn.warp_affine(source(), matrices()),
+        "warp_affine_nn_fill_size": lambda: fn.warp_affine(
+            source(), matrices(), size=(50, 45), fill_value=200.0, interp_type=types.INTERP_NN),
+        "warp_affine_forward_linear": lambda: fn.warp_affine(source(), matrix=list(FORWARD),
+                                                             inverse_map=False),
         "warp_affine_forward_nn": lambda: fn.warp_affine(
             source(), matrix=list(FORWARD), inverse_map=False, interp_type=types.INTERP_NN),
         "warp_affine_float": lambda: fn.warp_affine(source(), matrix=matrices(),

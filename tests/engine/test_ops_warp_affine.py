@@ -14,6 +14,7 @@ from conveyor import fn, pipeline_def, types
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.schema import encode_arg
 from conveyor_server.engine import catalog
+from conveyor_server.engine.ops.geometry import warp_affine
 from tests.support.op_helpers import build, gradient, noise, run
 
 SHEAR = (0.93, 0.21, 1.3, -0.17, 1.08, -2.4)
@@ -172,3 +173,16 @@ def test_fn_takes_the_matrix_as_a_second_input_or_by_name() -> None:
 
     with pytest.raises(SpecError, match="takes 1 to 2 positional input"):
         three()
+
+
+def test_positions_are_dalis_row_start_plus_one_float32_step_per_pixel() -> None:
+    m = np.asarray((0.71, -0.33, 12.6, 0.29, 0.84, -3.1), dtype=np.float32).reshape(2, 3)
+    got = warp_affine.dali_positions(m, 0, (7, 40))
+    for y in range(7):
+        p = (m[0, 0] * np.float32(0.5) + m[0, 1] * np.float32(y + 0.5)) + m[0, 2]
+        for x in range(40):
+            assert got[y, x] == p, (y, x)
+            p = np.float32(p + m[0, 0])
+    # Not the position computed at once: float32 sums drift from it by a few ulps.
+    direct = (m[0, 0] * (np.arange(40) + 0.5) + m[0, 1] * 6.5 + m[0, 2]).astype(np.float32)
+    assert not np.array_equal(got[6], direct)

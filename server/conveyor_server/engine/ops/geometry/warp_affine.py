@@ -56,25 +56,28 @@ def inverted(op: str, m: np.ndarray) -> np.ndarray:
     return np.hstack([inv, shift[:, None]]).astype(_F32)
 
 
+def dali_positions(m: np.ndarray, row: int, out_hw: tuple[int, int]) -> np.ndarray:
+    """Coordinate ``row`` (0: x, 1: y) of the input position of every output pixel, float32,
+    as DALI's CPU warp computes it: each output row starts at ``M (0.5, y + 0.5)``, and each
+    next pixel adds ``M``'s first column (one float32 sum after another)."""
+    h, w = out_hw
+    ys = np.arange(h, dtype=_F32) + _F32(0.5)
+    steps = np.empty((h, w), dtype=_F32)
+    steps[:, 0] = (m[row, 0] * _F32(0.5) + m[row, 1] * ys) + m[row, 2]
+    steps[:, 1:] = m[row, 0]
+    return np.cumsum(steps, axis=1, dtype=_F32)
+
+
 def nearest(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int],
             fill: np.ndarray | None) -> np.ndarray:
-    """The nearest-neighbour warp as DALI computes it: each output pixel centre
-    ``(x + 0.5, y + 0.5)`` maps through DALI's matrix ``m`` (float32), and the input pixel
-    whose square holds it (``floor``) is taken; outside the input, the nearest border pixel
-    or ``fill``. (OpenCV rounds positions to 1/1024 of a pixel first, and so takes the
-    neighbour of DALI's pixel where a position lies that close to a pixel edge.)"""
+    """The nearest-neighbour warp as DALI computes it: at each output pixel's input
+    position (``dali_positions``, DALI's matrix ``m``, float32), the input pixel whose square
+    holds it (``floor``); outside the input, the nearest border pixel or ``fill``. (OpenCV
+    rounds positions to 1/1024 of a pixel first, and so takes a neighbour of DALI's pixel
+    where a position lies that close to a pixel edge.)"""
     h, w, _ = image.shape
-    xs = (np.arange(out_hw[1], dtype=_F32) + _F32(0.5)).astype(np.float64)
-    ys = (np.arange(out_hw[0], dtype=_F32) + _F32(0.5))[:, None]
-
-    def position(row: int) -> np.ndarray:
-        # As DALI's compiled loop: the row's start (m1 y + m2) in float32, then one fused
-        # multiply-add per pixel, m0 x + start, rounded once to float32 (the product of
-        # two float32 values is exact in float64).
-        start = (m[row, 1] * ys + m[row, 2]).astype(np.float64)
-        return np.floor((np.float64(m[row, 0]) * xs + start).astype(_F32))
-
-    sx, sy = position(0), position(1)
+    sx = np.floor(dali_positions(m, 0, out_hw))
+    sy = np.floor(dali_positions(m, 1, out_hw))
     ix = np.clip(sx, 0, w - 1).astype(np.intp)
     iy = np.clip(sy, 0, h - 1).astype(np.intp)
     out = image[iy, ix]

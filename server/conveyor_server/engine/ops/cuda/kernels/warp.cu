@@ -2,10 +2,11 @@
 // warpAffine with WARP_INVERSE_MAP computes it: the source position in float32,
 // ((m0 x + m1 y) + m2); nearest rounds it to the nearest pixel, linear weighs the four
 // pixels around it. With `corner` (warp_affine's nearest, as DALI's), M maps pixel corners
-// (the first pixel spans [0, 1)): the position of the pixel centre (x + 0.5, y + 0.5) is
-// m0 (x + 0.5) + (m1 (y + 0.5) + m2) with the last product and sum rounded once, as the
-// fused multiply-add of DALI's compiled loop (here in double, as the numpy reference
-// computes it), and nearest takes the pixel whose square holds it (floor).
+// (the first pixel spans [0, 1)) and the position is computed as DALI's CPU warp does: the
+// row starts at M (0.5, y + 0.5), ((m0 0.5 + m1 (y + 0.5)) + m2), and each pixel after adds
+// (m0, m3), one float sum at a time (a thread repeats its row's x sums: O(width) work per
+// pixel, for DALI's exact positions); nearest takes the pixel whose square holds the
+// position (floor).
 // Pixels outside the image are the fill value (constant border) or the nearest edge pixel
 // (replicate). One launch per batch: blockIdx.z is the sample.
 // geom: per sample 5 x i64: in_h, in_w, channels, out_h, out_w.
@@ -15,12 +16,6 @@
 // An index from a float position, clamped first so that the conversion is safe.
 __device__ __forceinline__ i64 to_index(float v, i64 n) {
   return (i64)fminf(fmaxf(v, -2.0f), (float)n + 1.0f);
-}
-
-// a * b + c for floats, the product exact in double and the sum rounded to double, then
-// to float.
-__device__ __forceinline__ float corner_position(float a, float b, float c) {
-  return __double2float_rn(__dadd_rn(__dmul_rn((double)a, (double)b), (double)c));
 }
 
 template <typename T>
@@ -53,9 +48,13 @@ __device__ void warp_affine(const ptr_t* in_ptrs, const ptr_t* out_ptrs, const i
   T* out = (T*)out_ptrs[s] + (y * out_w + x) * c;
   const float* f = fill + s * fill_stride;
   if (!linear && corner) {
-    const float cx = __fadd_rn(fx, 0.5f), cy = __fadd_rn(fy, 0.5f);
-    const float px = corner_position(m[0], cx, __fadd_rn(__fmul_rn(m[1], cy), m[2]));
-    const float py = corner_position(m[3], cx, __fadd_rn(__fmul_rn(m[4], cy), m[5]));
+    const float cy = __fadd_rn(fy, 0.5f);
+    float px = __fadd_rn(__fadd_rn(__fmul_rn(m[0], 0.5f), __fmul_rn(m[1], cy)), m[2]);
+    float py = __fadd_rn(__fadd_rn(__fmul_rn(m[3], 0.5f), __fmul_rn(m[4], cy)), m[5]);
+    for (i64 k = 0; k < x; ++k) {
+      px = __fadd_rn(px, m[0]);
+      py = __fadd_rn(py, m[3]);
+    }
     const i64 ix = to_index(floorf(px), in_w), iy = to_index(floorf(py), in_h);
     for (i64 ch = 0; ch < c; ++ch)
       store_f(out + ch, fetch(in, iy, ix, ch, in_h, in_w, c, replicate, replicate ? 0.0f : f[ch]));

@@ -42,13 +42,6 @@ def _fetch(image: np.ndarray, y: np.ndarray, x: np.ndarray, replicate: bool,
     return np.where(inside[..., None], values, fill.astype(_F32))
 
 
-def _fma(a: np.float32, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``corner_position(a, b, c)`` of ``warp.cu``: float32 operands, the product exact in
-    float64, the sum rounded to float64 and then to float32 (a fused multiply-add but where
-    the float64 sum falls exactly halfway between two float32 values)."""
-    return (np.float64(a) * b.astype(np.float64) + c.astype(np.float64)).astype(_F32)
-
-
 def warp_affine(plan: plans.WarpPlan, images: Sequence[np.ndarray]) -> list[np.ndarray]:
     outs = []
     for s, image in enumerate(images):
@@ -59,9 +52,14 @@ def warp_affine(plan: plans.WarpPlan, images: Sequence[np.ndarray]) -> list[np.n
         sy = (m[3] * x + m[4] * y) + m[5]
         fill = plan.fill[s, :c]
         if not plan.linear and plan.corner:
-            cx, cy = x + _F32(0.5), y + _F32(0.5)
-            ix, iy = (_to_index(np.floor(_fma(m[k], cx, (m[k + 1] * cy) + m[k + 2])), n)
-                      for k, n in ((0, in_w), (3, in_h)))
+            # Each row's start, then the x step added pixel by pixel, in float32.
+            cy = np.arange(out_h, dtype=_F32) + _F32(0.5)
+            steps = np.empty((2, out_h, out_w), dtype=_F32)
+            for r, k in enumerate((0, 3)):
+                steps[r, :, 0] = (m[k] * _F32(0.5) + m[k + 1] * cy) + m[k + 2]
+                steps[r, :, 1:] = m[k]
+            px, py = np.cumsum(steps, axis=2, dtype=_F32)
+            ix, iy = _to_index(np.floor(px), in_w), _to_index(np.floor(py), in_h)
             outs.append(store_f(_fetch(image, iy, ix, plan.replicate, fill), plan.dtype))
             continue
         if not plan.linear:
