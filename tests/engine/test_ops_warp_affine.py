@@ -26,7 +26,7 @@ def loaded() -> None:
 
 
 def nearest_reference(image: np.ndarray, m: tuple[float, ...], out_hw: tuple[int, int],
-                      fill: float | None = None) -> np.ndarray:
+                      fill: float | np.ndarray | None = None) -> np.ndarray:
     """Per output pixel, in float64: the input pixel whose square holds M (x+.5, y+.5)."""
     h, w, c = image.shape
     out = np.empty((*out_hw, c), dtype=image.dtype)
@@ -186,3 +186,16 @@ def test_positions_are_dalis_row_start_plus_one_float32_step_per_pixel() -> None
     # Not the position computed at once: float32 sums drift from it by a few ulps.
     direct = (m[0, 0] * (np.arange(40) + 0.5) + m[0, 1] * 6.5 + m[0, 2]).astype(np.float32)
     assert not np.array_equal(got[6], direct)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4, 6])
+def test_nearest_with_any_number_of_channels(channels: int) -> None:
+    image = noise(17, 19, channels, seed=channels)
+    fill = tuple(float(10 * c + 5) for c in range(channels))
+    out = run(build("warp_affine", matrix=SHEAR, interp_type="nn", size=(23, 14),
+                    fill_value=fill), image)
+    expected = nearest_reference(image, SHEAR, (23, 14), fill=np.array(fill))
+    assert np.array_equal(out, expected)
+    assert np.all(out[0, -1] == np.array(fill, dtype=np.uint8))  # a corner outside the input
+    replicated = run(build("warp_affine", matrix=SHEAR, interp_type="nn"), image)
+    assert np.array_equal(replicated, nearest_reference(image, SHEAR, (17, 19)))

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import cv2
 import numpy as np
 
 from conveyor.errors import InvalidArgument
@@ -22,6 +24,7 @@ from conveyor_server.engine.ops.args import (
     check_image,
     per_channel,
     round_half_away,
+    with_channels,
 )
 from conveyor_server.engine.ops.geometry.rotate import warp_affine
 from conveyor_server.engine.ops.normalize.normalize import saturate_cast
@@ -62,29 +65,46 @@ def dali_positions(m: np.ndarray, row: int, out_hw: tuple[int, int]) -> np.ndarr
     next pixel adds ``M``'s first column (one float32 sum after another)."""
     h, w = out_hw
     ys = np.arange(h, dtype=_F32) + _F32(0.5)
-    steps = np.empty((h, w), dtype=_F32)
-    steps[:, 0] = (m[row, 0] * _F32(0.5) + m[row, 1] * ys) + m[row, 2]
-    steps[:, 1:] = m[row, 0]
-    return np.cumsum(steps, axis=1, dtype=_F32)
+    # Column by column (x major), so that each sum adds one step to a whole column at once.
+    steps = np.empty((w, h), dtype=_F32)
+    steps[0] = (m[row, 0] * _F32(0.5) + m[row, 1] * ys) + m[row, 2]
+    steps[1:] = m[row, 0]
+    return np.cumsum(steps, axis=0, dtype=_F32).T
 
 
 def nearest(image: np.ndarray, m: np.ndarray, out_hw: tuple[int, int],
             fill: np.ndarray | None) -> np.ndarray:
     """The nearest-neighbour warp as DALI computes it: at each output pixel's input
     position (``dali_positions``, DALI's matrix ``m``, float32), the input pixel whose square
-    holds it (``floor``); outside the input, the nearest border pixel or ``fill``. (OpenCV
-    rounds positions to 1/1024 of a pixel first, and so takes a neighbour of DALI's pixel
-    where a position lies that close to a pixel edge.)"""
-    h, w, _ = image.shape
+    holds it (``floor``); outside the input, the nearest border pixel or ``fill``. (OpenCV's
+    warp rounds positions to 1/1024 of a pixel first, and so takes a neighbour of DALI's
+    pixel where a position lies that close to a pixel edge.)"""
+    h, w, channels = image.shape
     sx = np.floor(dali_positions(m, 0, out_hw))
     sy = np.floor(dali_positions(m, 1, out_hw))
+    fill_values = None if fill is None else saturate_cast(fill, image.dtype)
+    if channels <= 4 and max(h, w) < _REMAP_MAX_EXTENT:
+        # OpenCV's remap takes the pixel at each (whole, so exactly rounded) position: the
+        # same pixels, 3x faster than numpy's gather; -1 and the extent stand for outside.
+        map_x = np.ascontiguousarray(np.clip(sx, -1, w))
+        map_y = np.ascontiguousarray(np.clip(sy, -1, h))
+        if fill_values is None:
+            border: dict[str, Any] = {"borderMode": cv2.BORDER_REPLICATE}
+        else:
+            border = {"borderMode": cv2.BORDER_CONSTANT,
+                      "borderValue": tuple(fill_values.tolist())}
+        out = cv2.remap(image, map_x, map_y, cv2.INTER_NEAREST, **border)
+        return with_channels(out, channels)
     ix = np.clip(sx, 0, w - 1).astype(np.intp)
     iy = np.clip(sy, 0, h - 1).astype(np.intp)
     out = image[iy, ix]
-    if fill is not None:
-        outside = (sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)
-        out[outside] = saturate_cast(fill, image.dtype)
+    if fill_values is not None:
+        out[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = fill_values
     return out
+
+
+#: OpenCV's remap holds positions as 16-bit integers.
+_REMAP_MAX_EXTENT = 32767
 
 
 @dataclass(frozen=True)
