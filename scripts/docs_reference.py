@@ -93,6 +93,13 @@ def operator_section(name: str, op: OpSchema) -> str:
     lines = [f"#### fn.{name}", "",
              f"Inputs: {op.inputs_text()}. Outputs: {_outputs(op)}. "
              f"Devices: {', '.join(f'`{d}`' for d in op.devices)}.", ""]
+    if op.input_args:
+        lines[-2] += " Optional inputs after those: " + ", ".join(
+            f"`{a}` (the argument of that name)" for a in op.input_args) + "."
+    if op.aliases:
+        lines += ["Also: " + ", ".join(f"`fn.{a}`" for a in op.aliases) + ".", ""]
+    if op.doc:
+        lines += [op.doc, ""]
     if not op.args:
         return "\n".join([*lines, "No arguments.", ""])
     lines += ["| argument | kind | default | allowed | per sample |", "|---|---|---|---|---|"]

@@ -1,5 +1,6 @@
-"""The colour operators' schemas: ``brightness_contrast``, ``hsv`` and ``color_twist``
-(part of ``schema.SCHEMAS``), with DALI's argument names and defaults."""
+"""The colour operators' schemas: ``brightness_contrast``, ``hsv``, ``color_twist``,
+``saturation`` and ``equalize`` (part of ``schema.SCHEMAS``), with DALI's argument names
+and defaults."""
 
 from __future__ import annotations
 
@@ -32,5 +33,21 @@ COLOR_SCHEMAS = {
     "color_twist": OpSchema(
         1, ("images",), _color("hue", "saturation", "value", "brightness", "contrast"),
         devices=CPU_GPU,
+    ),
+    "saturation": OpSchema(
+        1, ("images",),
+        {**_color("saturation"), "saturation": Arg("float", default=1.0, tensor=True, minimum=0)},
+        devices=CPU_GPU,
+        doc="Scales the saturation of RGB images: 0 is grey, 1 no change. DALI's math: "
+            "the pixel goes to YIQ, its I and Q are scaled, and it comes back to RGB, in "
+            "float, rounded to the output type (`dtype`, unset: the input's); the same "
+            "matrix as `fn.hsv` with only `saturation` given.",
+    ),
+    "equalize": OpSchema(
+        1, ("images",), dict(SEED_ARGS), aliases=("experimental.equalize",),
+        doc="Histogram equalization of each channel of a uint8 HWC image, as DALI's: a "
+            "channel's values map through its cumulative histogram, stretched so that the "
+            "first value present becomes 0 and the rest spread up to 255; a channel of one "
+            "value is left as it is.",
     ),
 }

@@ -3,7 +3,8 @@
 Each call records one operator in the pipeline being defined and returns its outputs as
 ``DataNode``s. Constant arguments are validated against ``conveyor.schema`` at once. Every
 operator of ``conveyor.schema.SCHEMAS`` is here, made from its schema: ``rotate`` as
-``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix);
+``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix), and
+under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
 ``external_source`` is wrapped to take a callable.
 """
 
@@ -21,9 +22,12 @@ from conveyor.schema import SCHEMAS
 
 
 def _declared_ops() -> dict[str, Any]:
-    """The top-level operators by name, and a namespace per prefix (``readers``); ``math``
-    also holds DALI's ``fn.math`` functions (``conveyor.expressions``)."""
+    """The top-level operators by name (aliases too), and a namespace per prefix
+    (``readers``, ``experimental``); ``math`` also holds DALI's ``fn.math`` functions
+    (``conveyor.expressions``)."""
     made = {op_type: make_op(op_type) for op_type in SCHEMAS}
+    made.update({alias: made[op_type] for op_type, declared in SCHEMAS.items()
+                 for alias in declared.aliases})
     top: dict[str, Any] = {}
     grouped: dict[str, dict[str, Callable[..., Any]]] = {"math": {}}
     for op_type, op in made.items():

@@ -112,9 +112,20 @@ def make_op(op_type: str) -> Callable[..., Any]:
 
     def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
         builder = current_builder(op_type)
-        if len(inputs) not in schema.input_counts:
-            raise SpecError(op_type, None, f"takes {schema.inputs_text()} positional input(s), "
+        extra = len(schema.input_args)
+        counts = range(schema.num_inputs, schema.input_counts[-1] + extra + 1)
+        if len(inputs) not in counts:
+            takes = schema.inputs_text() if not extra else f"{counts[0]} to {counts[-1]}"
+            raise SpecError(op_type, None, f"takes {takes} positional input(s), "
                             f"got {len(inputs)}")
+        if extra:  # DALI's optional inputs that are argument inputs (warp_affine's matrix)
+            for arg_name, node in zip(schema.input_args, inputs[schema.num_inputs:],
+                                      strict=False):
+                if arg_name in kwargs:
+                    raise SpecError(op_type, arg_name, "given both as a positional input and "
+                                    "by name")
+                kwargs[arg_name] = node
+            inputs = inputs[:schema.num_inputs]
         if device not in schema.devices:
             raise SpecError(op_type, "device", f"got {device!r}, expected one of "
                             + ", ".join(repr(d) for d in schema.devices))

@@ -4,9 +4,9 @@ defaults, limits and flags, its devices, its output-size rule: ``schema_args``).
 ``fn`` makes every operator of ``SCHEMAS`` from it; a server validates and bounds specs by
 it and registers builders, GPU planners and probes against it; the operator reference is
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
-``decode_args`` turns an ``OpSpec``'s arguments back into Python values with the defaults
-filled in. Schemas also live in the ``*_schemas`` modules beside this one (readers, colour,
-expressions, sources, ``reductions.*``, ``transforms.*``).
+``decode_args`` turns an ``OpSpec``'s arguments back into Python values, defaults filled in.
+Schemas also live in the ``*_schemas`` modules beside this one: readers, colour, geometry
+(``warp_affine``), expressions, sources, ``reductions.*`` and ``transforms.*``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from conveyor import output_sizes, schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
+from conveyor.geometry_schemas import GEOMETRY_SCHEMAS
 from conveyor.math_schemas import MATH_SCHEMAS
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
 from conveyor.reduction_schemas import REDUCTION_SCHEMAS
@@ -30,15 +31,12 @@ DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "floa
 IMAGE_TYPES = ("RGB", "BGR", "GRAY")
 INTERP_TYPES = ("nn", "linear", "cubic", "lanczos3")
 DEVICES = ("cpu", "mixed", "gpu")
-#: The window decoders run on the CPU or, as DALI's, "mixed" (GPU output).
-DECODER_DEVICES = ("cpu", "mixed")
+DECODER_DEVICES = ("cpu", "mixed")  # the window decoders: CPU or, as DALI's, "mixed"
 # Defined in schema_args; named here too, where they have always been.
 Arg = schema_args.Arg
 OpSchema = schema_args.OpSchema
-CPU_GPU = schema_args.CPU_GPU
-ON_ERROR = schema_args.ON_ERROR
-_SEED = schema_args.SEED_ARGS
-_ON_ERROR = schema_args.ON_ERROR_ARGS
+CPU_GPU, ON_ERROR = schema_args.CPU_GPU, schema_args.ON_ERROR
+_SEED, _ON_ERROR = schema_args.SEED_ARGS, schema_args.ON_ERROR_ARGS
 _CROP = {
     "crop": Arg("floats", lengths=(2,), minimum=1, extent=True),
     "crop_h": Arg("float", default=0.0, minimum=0, extent=True),
@@ -52,8 +50,7 @@ _WINDOW = {
     "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
-#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's argument and
-#: default); the rest go to the CUDA decoder. Ignored on the CPU.
+#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's; CPU: ignored).
 _HW_LOAD = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1)}
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
@@ -179,6 +176,7 @@ SCHEMAS: dict[str, OpSchema] = {
         devices=CPU_GPU,
         fixed_output=output_sizes.sized,
     ),
+    **GEOMETRY_SCHEMAS,
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
     **MATH_SCHEMAS,
@@ -315,6 +313,8 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
         if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
             raise bad
         items = list(value)
+        if kind == "floats" and items and all(isinstance(v, list | tuple) for v in items):
+            items = [v for row in items for v in row]  # a matrix, row by row
         if arg.lengths and len(items) not in arg.lengths:
             raise bad
         if kind == "ints":

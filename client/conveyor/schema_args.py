@@ -91,6 +91,15 @@ class OpSchema:
             return str(self.num_inputs)
         return f"{counts[0]} or {counts[-1]}" if len(counts) == 2 else \
             f"{counts[0]} to {counts[-1]}"
+    #: Argument inputs it also takes as optional positional inputs after its
+    #: ``num_inputs`` ones, in order: ``fn.warp_affine(images, mtx)`` records ``mtx`` as
+    #: the argument input ``matrix``, as DALI's second input.
+    input_args: tuple[str, ...] = ()
+    #: Other names ``fn`` gives it (``experimental.equalize`` for ``equalize``, as DALI
+    #: has both); specs always carry the operator's own name.
+    aliases: tuple[str, ...] = ()
+    #: What it computes, for the operator reference (Markdown; empty: the table alone).
+    doc: str = ""
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

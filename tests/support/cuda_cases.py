@@ -42,8 +42,9 @@ def mixed_batch(seed: int = 0, count: int = 5) -> list[np.ndarray]:
 class Case:
     op_type: str
     args: dict[str, Any]
-    #: Per-sample argument values (one per sample of the batch), by name.
-    fed: dict[str, Sequence[float]] = field(default_factory=dict)
+    #: Per-sample argument values (one per sample of the batch: a number, or a matrix's
+    #: values), by name.
+    fed: dict[str, Sequence[Any]] = field(default_factory=dict)
     #: Largest difference allowed between the reference and the CPU operator, in units of
     #: the output type (LSB for integers); 0: byte-identical.
     tolerance: float = 0.0
@@ -74,6 +75,9 @@ class Case:
 
 
 ANGLES = (17.5, -33.0, 90.0, 181.25, 4.0)
+#: warp_affine's matrices, one per sample (DALI's output-to-input maps).
+MATRICES = ((0.93, 0.21, 1.3, -0.17, 1.08, -2.4), (0.71, -0.33, 12.6, 0.29, 0.84, -3.1),
+            (1.17, 0.0, -4.35, 0.06, 0.88, 2.2))
 CASES = [
     Case("crop", {"crop": (20, 24)}, {"crop_pos_x": (0.0, 0.3, 1.0), "crop_pos_y": (0.5, 1.0)}),
     Case("crop", {"crop": (40, 90), "out_of_bounds_policy": "pad", "fill_values": (7, 8, 9)},
@@ -86,6 +90,13 @@ CASES = [
     Case("rotate", {"interp_type": "linear"}, {"angle": ANGLES}, tolerance=1),
     Case("rotate", {"interp_type": "linear", "fill_value": (0,), "keep_size": True},
          {"angle": ANGLES}, tolerance=1),
+    Case("warp_affine", {"interp_type": "nn"}, {"matrix": MATRICES}),
+    Case("warp_affine", {"interp_type": "nn", "fill_value": (10, 200, 30), "size": (40, 50),
+                         "inverse_map": False}, {"matrix": MATRICES}),
+    Case("warp_affine", {"interp_type": "nn", "matrix": (1.0, 0.0, 0.5, 0.0, 1.0, -2.0)}),
+    Case("warp_affine", {"matrix": MATRICES[1]}, tolerance=1),
+    Case("warp_affine", {"fill_value": (0,), "size": (33, 21)}, {"matrix": MATRICES},
+         tolerance=1),
     Case("resize", {"size": (31, 45), "interp_type": "nn"}),
     # OpenCV interpolates uint8 linearly in fixed point (with truncating SIMD steps); the
     # kernel in float32: within 1 LSB, most values equal.
@@ -114,4 +125,6 @@ CASES = [
          tolerance=1),
     Case("color_twist", {"dtype": "float32"}, {"hue": (45.0,), "contrast": (1.4, 0.6)},
          tolerance=1e-3, min_equal=0.0),
+    Case("saturation", {}, {"saturation": (0.0, 0.4, 1.7)}, tolerance=1),
+    Case("saturation", {"saturation": 2.5, "dtype": "float32"}, tolerance=1e-3, min_equal=0.0),
 ]

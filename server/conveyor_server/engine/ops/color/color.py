@@ -1,7 +1,9 @@
-"""The colour operators: ``brightness_contrast``, ``hsv`` and ``color_twist``.
+"""The colour operators: ``brightness_contrast``, ``hsv``, ``color_twist``, ``saturation``
+and ``equalize``.
 
 Semantics follow NVIDIA DALI's operators of the same names (their parameters are in
-``color_params.py``). Images are HWC; ``hsv`` and ``color_twist`` take 3 channels (RGB).
+``color_params.py``). Images are HWC; ``hsv``, ``color_twist`` and ``saturation`` take 3
+channels (RGB); ``equalize`` takes uint8 images of any number of channels.
 Values are computed in float32 and converted to the output type with ``saturate_cast``
 (round to nearest, clamp). Every output is a new, C-contiguous array.
 """
@@ -84,6 +86,13 @@ def color_twist_params(ctx: OpContext) -> ColorParams:
         color_params.half_range(in_dtype)))
 
 
+def saturation_params(ctx: OpContext) -> ColorParams:
+    """The 3x4 affine map of RGB pixels, float32, as DALI computes ``saturation``."""
+    saturation = scalar_arg(ctx, "saturation", lo=0)
+    return lambda targs, in_dtype, out_dtype: _affine(
+        color_params.saturation_matrix(saturation(targs)), 0.0)
+
+
 def _affine(matrix: np.ndarray, offset: float) -> np.ndarray:
     return np.hstack([matrix, np.full((3, 1), offset)]).astype(np.float32)
 
@@ -126,6 +135,36 @@ def build_color_twist(ctx: OpContext) -> SampleOp:
     return _matrix_op(ctx, color_twist_params(ctx))
 
 
+@register("saturation")
+def build_saturation(ctx: OpContext) -> SampleOp:
+    return _matrix_op(ctx, saturation_params(ctx))
+
+
+_UINT8 = frozenset((np.dtype(np.uint8),))
+
+
+def equalize_channel(channel: np.ndarray) -> np.ndarray:
+    """One channel (H, W, uint8) equalized: the lookup table of its cumulative histogram,
+    ``round(255 * (cdf(v) - n0) / (total - n0))`` with ``n0`` the count of the lowest
+    value present (OpenCV's ``equalizeHist``, which gives DALI's bytes)."""
+    return cv2.equalizeHist(np.ascontiguousarray(channel))
+
+
+@register("equalize")
+def build_equalize(ctx: OpContext) -> SampleOp:
+    op = ctx.op_type
+
+    def run(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
+        image = inputs[0]
+        check_image(op, image, _UINT8)
+        out = np.empty_like(image, order="C")
+        for c in range(image.shape[2]):
+            out[:, :, c] = equalize_channel(image[:, :, c])
+        return (out,)
+
+    return SampleOp(fn=run, layouts=("HWC",))
+
+
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
 
 
@@ -158,3 +197,18 @@ def _color_twist(variant: str) -> list[Case]:
     fed = {"hue": f32(33.0), "contrast": f32(1.3)}
     return [Case({"saturation": 0.5, "brightness": 1.1}, _color_samples(fed)),
             Case({"value": 1.2, "dtype": "float16"}, _color_samples({}))]
+
+
+@op_probe("saturation")
+def _saturation(variant: str) -> list[Case]:
+    return [Case({}, _color_samples({"saturation": f32(0.35)})),
+            Case({"saturation": 1.8}, _color_samples({})),
+            Case({"saturation": 0.0, "dtype": "float32"}, _color_samples({})),
+            Case({"dtype": "uint8"}, _color_samples({"saturation": f32(2.5)}))]
+
+
+@op_probe("equalize")
+def _equalize(variant: str) -> list[Case]:
+    flat = np.full((5, 6, 3), 77, dtype=np.uint8)  # one value per channel: left as it is
+    few = (image(9, 8, 2) // 64 * 60).astype(np.uint8)  # four values per channel
+    return [Case({}, [((p,), {}) for p in [*images(("uint8",), (3, 1, 4)), flat, few]])]

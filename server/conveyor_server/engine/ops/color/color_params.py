@@ -53,6 +53,13 @@ def hsv_matrix(hue: float, saturation: float, value: float) -> np.ndarray:
     return YIQ_TO_RGB @ turn @ scale @ RGB_TO_YIQ
 
 
+def saturation_matrix(saturation: float) -> np.ndarray:
+    """The 3x3 RGB matrix of DALI's ``saturation``: I and Q scaled, and back to RGB through
+    the exact inverse of ``RGB_TO_YIQ`` (DALI 2.4's; ``hsv`` keeps the rounded
+    ``YIQ_TO_RGB``, which differs by up to 1 LSB in uint8)."""
+    return np.linalg.solve(RGB_TO_YIQ, np.diag([1.0, saturation, saturation]) @ RGB_TO_YIQ)
+
+
 def color_twist(hue: float, saturation: float, value: float, brightness: float,
                 contrast: float, half: float) -> tuple[np.ndarray, float]:
     """(matrix, offset) with ``out = matrix @ rgb + offset``, as DALI's ``color_twist``."""

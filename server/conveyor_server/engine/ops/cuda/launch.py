@@ -119,7 +119,7 @@ def run(plan: plans.Plan, images: Sequence[Any], device_id: int) -> list[Any]:
                 _grid2(extents, n), _BLOCK_2D,
                 (ins, out_ptrs, cp.asarray(plan.geom), cp.asarray(plan.matrix),
                  cp.asarray(plan.fill), np.int32(plan.fill.shape[1]), np.int32(plan.linear),
-                 np.int32(plan.replicate)))
+                 np.int32(plan.replicate), np.int32(plan.corner)))
         elif isinstance(plan, plans.NormalizePlan):
             extents = [(int(g[6]), int(g[5])) for g in plan.geom]
             kernel(f"crop_mirror_normalize_{plan.in_dtype.name}_{plan.dtype.name}", device_id)(

@@ -1,8 +1,9 @@
 """Plans for the GPU operators, computed on the host by the CPU operators' own parameter
 code: rotate's geometry (``RotateArgs``), resize's sizes (``ResizeArgs``) and filters
 (``resize_filters``), crop regions (``crop_region``), the crop_mirror_normalize coefficients
-(``CmnParams``), the colour coefficients (``color.py``) and random_resized_crop's keyed
-windows (``sample_window``). Nothing here computes a parameter of its own.
+(``CmnParams``), the colour coefficients (``color.py``), warp_affine's matrices
+(``WarpAffineArgs``) and random_resized_crop's keyed windows (``sample_window``). Nothing
+here computes a parameter of its own.
 
 A planner maps a batch (arrays of any device: only shapes and types are read) and each
 sample's ``targs`` to a plan (``plans.py``); an error about one sample is ``SampleFailed``.
@@ -29,7 +30,7 @@ from conveyor_server.engine.ops.args import (
 from conveyor_server.engine.ops.color import color
 from conveyor_server.engine.ops.cuda import plans, sources
 from conveyor_server.engine.ops.cuda.ops import Planner, gpu_planner
-from conveyor_server.engine.ops.geometry import random_resized_crop, resize, rotate
+from conveyor_server.engine.ops.geometry import random_resized_crop, resize, rotate, warp_affine
 from conveyor_server.engine.ops.geometry.resize_filters import FILTERED_INTERP, resize_plan
 from conveyor_server.engine.ops.normalize import normalize
 from conveyor_server.engine.ops.registry import OpContext, SampleFailed
@@ -132,27 +133,60 @@ def rotate_planner(ctx: OpContext) -> Planner:
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
         dtype = _one_dtype(op, images)
         _types(op, dtype, sources.WARP_TYPES)
-        geom: list[list[int]] = []
-        matrices: list[np.ndarray] = []
-        fills: list[np.ndarray] = []
-
-        def one(i: int, image: Any) -> None:
-            check_image(op, image)
-            h, w, c = image.shape
-            out_hw, matrix = params.geometry((h, w), targs[i])
-            ctx.limits.check_output((*out_hw, c), dtype)
-            fill = params.fill(c)
-            geom.append([h, w, c, *out_hw])
-            matrices.append(matrix.reshape(6).astype(np.float32))
-            fills.append(np.zeros(c) if fill is None else fill)
-
-        _each(images, one)
-        return plans.WarpPlan(
-            plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
-            plans.padded(fills, _FLOAT), params.interp_type == "linear",
-            params.fill_value is None, [(g[3], g[4], g[2]) for g in geom], dtype)
+        return _warp_plan(op, ctx, images, targs, params.geometry, params.fill,
+                          params.interp_type == "linear", params.fill_value is None, dtype)
 
     return plan
+
+
+@gpu_planner("warp_affine")
+def warp_affine_planner(ctx: OpContext) -> Planner:
+    params = warp_affine.warp_affine_args(ctx)
+    op = ctx.op_type
+
+    def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
+        dtype = _one_dtype(op, images)
+        _types(op, dtype, sources.WARP_TYPES)
+        if params.dtype is not None and params.dtype != dtype:
+            raise InvalidArgument(f"{op}: on device='gpu' the output keeps the input's type "
+                                  f"({dtype}), got dtype={params.dtype.name}: leave dtype "
+                                  "unset and cast after, or warp on the CPU")
+        linear = params.interp_type == "linear"
+        # Nearest: DALI's own matrix and rounding (``warp_affine.nearest``); linear:
+        # OpenCV's matrix, as the CPU operator's warp takes it.
+        geometry = params.geometry if linear else (
+            lambda hw, t: (params.output_size(hw), params.matrix(t)))
+        return _warp_plan(op, ctx, images, targs, geometry, params.fill, linear,
+                          params.fill_value is None, dtype, corner=not linear)
+
+    return plan
+
+
+def _warp_plan(op: str, ctx: OpContext, images: Sequence[Any], targs: Sequence[Targs],
+               geometry: Callable[[tuple[int, int], Targs], tuple[tuple[int, int], np.ndarray]],
+               fill_of: Callable[[int], np.ndarray | None], linear: bool, replicate: bool,
+               dtype: np.dtype, corner: bool = False) -> plans.WarpPlan:
+    """rotate's and warp_affine's plan: per sample, the output size and OpenCV's
+    output-to-input matrix from the CPU operator's own ``geometry``."""
+    geom: list[list[int]] = []
+    matrices: list[np.ndarray] = []
+    fills: list[np.ndarray] = []
+
+    def one(i: int, image: Any) -> None:
+        check_image(op, image)
+        h, w, c = image.shape
+        out_hw, matrix = geometry((h, w), targs[i])
+        ctx.limits.check_output((*out_hw, c), dtype)
+        fill = fill_of(c)
+        geom.append([h, w, c, *out_hw])
+        matrices.append(matrix.reshape(6).astype(np.float32))
+        fills.append(np.zeros(c) if fill is None else fill)
+
+    _each(images, one)
+    return plans.WarpPlan(
+        plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
+        plans.padded(fills, _FLOAT), linear, replicate, [(g[3], g[4], g[2]) for g in geom],
+        dtype, corner)
 
 
 # -- resize, random_resized_crop ----------------------------------------------------------
@@ -325,10 +359,12 @@ def cast_planner(ctx: OpContext) -> Planner:
 @gpu_planner("brightness_contrast")
 @gpu_planner("hsv")
 @gpu_planner("color_twist")
+@gpu_planner("saturation")
 def color_planner(ctx: OpContext) -> Planner:
     op = ctx.op_type
     params = {"brightness_contrast": color.brightness_contrast_params,
-              "hsv": color.hsv_params, "color_twist": color.color_twist_params}[op](ctx)
+              "hsv": color.hsv_params, "color_twist": color.color_twist_params,
+              "saturation": color.saturation_params}[op](ctx)
     kind = "brightness_contrast" if op == "brightness_contrast" else "color_matrix"
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:

@@ -28,7 +28,7 @@ class SlicePlan:
 
 @dataclass(frozen=True)
 class WarpPlan:
-    """rotate (``warp.cu``)."""
+    """rotate and warp_affine (``warp.cu``)."""
 
     geom: np.ndarray  # (N, 5): in_h, in_w, channels, out_h, out_w
     matrix: np.ndarray  # (N, 6) float32: the output-to-input map
@@ -37,6 +37,9 @@ class WarpPlan:
     replicate: bool
     out_shapes: list[Shape]
     dtype: np.dtype
+    #: ``matrix`` maps pixel corners and nearest takes the floor, as DALI's warp_affine
+    #: (see ``warp.cu``); False: OpenCV's pixel centres, nearest rounds.
+    corner: bool = False
 
 
 @dataclass(frozen=True)

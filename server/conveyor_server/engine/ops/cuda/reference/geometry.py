@@ -51,6 +51,17 @@ def warp_affine(plan: plans.WarpPlan, images: Sequence[np.ndarray]) -> list[np.n
         sx = (m[0] * x + m[1] * y) + m[2]
         sy = (m[3] * x + m[4] * y) + m[5]
         fill = plan.fill[s, :c]
+        if not plan.linear and plan.corner:
+            # Each row's start, then the x step added pixel by pixel, in float32.
+            cy = np.arange(out_h, dtype=_F32) + _F32(0.5)
+            steps = np.empty((2, out_h, out_w), dtype=_F32)
+            for r, k in enumerate((0, 3)):
+                steps[r, :, 0] = (m[k] * _F32(0.5) + m[k + 1] * cy) + m[k + 2]
+                steps[r, :, 1:] = m[k]
+            px, py = np.cumsum(steps, axis=2, dtype=_F32)
+            ix, iy = _to_index(np.floor(px), in_w), _to_index(np.floor(py), in_h)
+            outs.append(store_f(_fetch(image, iy, ix, plan.replicate, fill), plan.dtype))
+            continue
         if not plan.linear:
             ix, iy = _to_index(np.rint(sx), in_w), _to_index(np.rint(sy), in_h)
             outs.append(store_f(_fetch(image, iy, ix, plan.replicate, fill), plan.dtype))
