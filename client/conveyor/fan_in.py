@@ -203,8 +203,9 @@ class FanIn:
         return self._closed
 
     def addresses(self) -> list[str]:
+        """The servers computing now (not those suspected of having stopped)."""
         with self.cond:
-            return [w.address for w in self.workers]
+            return [w.address for w in self.workers if not w.suspect]
 
     def _candidates(self) -> list[service_pb2.ServerInfo]:
         """Live, non-draining servers with the holder's behaviour, the holder first, then
