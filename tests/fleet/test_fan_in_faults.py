@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from conveyor_server.store.redis_process import RedisProcess
 from tests.fleet.support import fleet, rotating, trainer
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start
-from conveyor_server.store.redis_process import RedisProcess
 
 COUNT = 40
 #: The longest a trainer may wait for one batch across a fault (the hedge and the

@@ -227,6 +227,7 @@ class ComputeCalls:
             self._check(asked)
             taken = asked.take(POLL_S)
             if taken is None:
+                self._check(asked)
                 if asked.ended:
                     return  # the caller half-closed and everything asked was sent
                 continue
