@@ -10,6 +10,8 @@
   pipeline with the wait set to 0.
 - trainer cost: the trainer's CPU per received 224x224x3 float16 image (about 300 KB), from
   1 server's stream, a fan-in of 1 and a fan-in of 4.
+- random access: seek + run of one batch at arbitrary indices in the engine, against
+  running in order, for the shuffled file reader and an external source.
 - tail: the longest wait for one batch when one of 3 workers is killed (-9), and when one
   is stopped (SIGSTOP; the hedge takes over), beside the usual wait.
 
@@ -47,6 +49,7 @@ from conveyor import fn, pipeline_def, types
 from conveyor.channel import wait_serving
 from conveyor.external_source import SampleInfo
 from conveyor_server.demo.launch import spawn_server, stop_server
+from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.store.redis_process import RedisProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,7 +249,42 @@ def tail(data_root: Path, log_dir: Path, runs: int) -> None:
     table(rows, ["worker fault", "longest wait (s)", "spread", "usual wait (ms)"])
 
 
-PARTS = ("cores", "mechanism", "trainer", "tail")
+def random_access(image_dir: Path, data_root: Path, runs: int, batches: int) -> None:
+    print("Random access in the engine: seek to an arbitrary index then run one batch (as a "
+          "worker does for each run of indices asked), against running in order\n")
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, spec, roots in (
+            ("file reader, shuffled (decode, rotate, resize)", heavy(str(image_dir)),
+             [data_root]),
+            (f"external source ({WAIT_MS} ms per sample)", waiting(), None)):
+        def in_order(spec: Any = spec, roots: Any = roots) -> float:
+            with Pipeline(spec, data_roots=roots) as pipe:
+                pipe.run()
+                start = time.perf_counter()
+                for _ in range(batches):
+                    pipe.run()
+                return (time.perf_counter() - start) / batches
+
+        def seeking(spec: Any = spec, roots: Any = roots) -> float:
+            with Pipeline(spec, data_roots=roots) as pipe:
+                pipe.run()
+                targets = rng.integers(0, 100_000, batches)
+                start = time.perf_counter()
+                for index in targets:
+                    pipe.seek(int(index))
+                    pipe.produce_until = int(index) + 1
+                    pipe.run()
+                return (time.perf_counter() - start) / batches
+
+        got = interleaved({"in order": in_order, "seeking": seeking}, runs)
+        rows.append([label, f"{median(got['in order']) * 1000:.1f}",
+                     f"{median(got['seeking']) * 1000:.1f}",
+                     ratio(got["seeking"], got["in order"])])
+    table(rows, ["source", "ms / batch in order", "ms / batch seeking", "seeking / in order"])
+
+
+PARTS = ("cores", "mechanism", "trainer", "tail", "seek")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         mechanism(args.data, log_dir, args.runs, batches * 5)
     if "trainer" in parts:
         trainer_cost(args.data, log_dir, args.runs, batches * 3)
+    if "seek" in parts:
+        random_access(image_dir, args.data, args.runs, batches)
     if "tail" in parts:
         tail(args.data, log_dir, max(1, args.runs // 2))
     return 0

@@ -47,6 +47,7 @@ import grpc
 import numpy as np
 
 from conveyor import errors
+from conveyor.allocator import tune_client_process
 from conveyor.connection import error_of
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
@@ -192,6 +193,7 @@ class FanIn:
 
     def start(self) -> None:
         """Ask the holder for the position and start the workers."""
+        tune_client_process()
         self._blob = self.pipe.position(self.consumed)
         self._reported = self.consumed
         self._add_workers()

@@ -53,6 +53,9 @@ log = logging.getLogger("conveyor.server")
 POLL_S = 0.1
 #: The most batch indices one call may have asked and not yet received.
 MAX_ASKED = 256
+#: Bytes per frame: larger than a stream's, so a trainer reading several workers spends
+#: less per byte on frames (well within the channel's message limit).
+FRAME_BYTES = 4 << 20
 
 Requests = Iterator[service_pb2.ComputeBatchesRequest]
 Build = Callable[[bytes], Pipeline]
@@ -242,7 +245,7 @@ class ComputeCalls:
             batch, release = engine.run_staged()
             try:  # a GPU batch's frames are encoded from its output-ring slot
                 if not asked.drop(index):
-                    yield from encode_frames(index, batch)
+                    yield from encode_frames(index, batch, FRAME_BYTES)
                     sent[0] += 1
             finally:
                 del batch
