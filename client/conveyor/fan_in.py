@@ -28,30 +28,23 @@ each once, in order, whatever the workers do.
   it is told where the trainer stands every ``PROGRESS_S`` (``Checkpoint`` with
   ``position_only``), so its description, its drain and its checkpoints follow the trainer.
 
-Threads: one per worker reads its call; one looks after the fleet and the holder. All are
-daemon threads; ``close()`` cancels every call and returns at once.
+Threads: one per worker reads its call (``fan_in_worker.py``); one looks after the fleet and
+the holder. All are daemon threads; ``close()`` cancels every call and returns at once.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
-
-import grpc
-import numpy as np
 
 from conveyor import errors
 from conveyor.allocator import tune_client_process
-from conveyor.connection import error_of
+from conveyor.fan_in_worker import Worker, digest
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
-from conveyor.wire import BatchAssembler
 
 if TYPE_CHECKING:
     from conveyor.remote import RemotePipeline
@@ -84,82 +77,6 @@ def check_workers(workers: object) -> int | None:
         raise errors.InvalidArgument(
             f"workers: got {workers!r}, expected a count of servers (1 or more) or \"auto\"")
     return workers
-
-
-def digest(batch: Batch) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for out in batch:
-        for sample in out:
-            h.update(np.ascontiguousarray(sample).reshape(-1).view(np.uint8).data)
-    return h.digest()
-
-
-class Worker:
-    """One server computing for the fan-in: its call, the indices it was asked."""
-
-    def __init__(self, fan: FanIn, address: str) -> None:
-        self.fan = fan
-        self.address = address
-        self.outstanding: dict[int, float] = {}
-        self.cancelled: set[int] = set()
-        self.suspect = False
-        self.alive = True
-        self.delivered = 0
-        self.last_answer = time.monotonic()
-        #: Its time per batch (seconds, a moving average), once measured.
-        self.per_batch: float | None = None
-        self._requests: queue.SimpleQueue[service_pb2.ComputeBatchesRequest | None] = \
-            queue.SimpleQueue()
-        self._call: grpc.Call | None = None
-
-    def start(self, name: str, blob: bytes) -> None:
-        self._requests.put(service_pb2.ComputeBatchesRequest(
-            start=service_pb2.ComputeStart(name=name, checkpoint=blob)))
-        self._call = self.fan.client.connection(self.address).compute(self._request_iter())
-        threading.Thread(target=self._read, name=f"conveyor-fan-in {self.address}",
-                         daemon=True).start()
-
-    def _request_iter(self) -> Iterator[service_pb2.ComputeBatchesRequest]:
-        while True:
-            request = self._requests.get()
-            if request is None:
-                return
-            yield request
-
-    def ask(self, first: int, count: int) -> None:
-        now = time.monotonic()
-        if not self.outstanding:
-            self.last_answer = now  # its silence counts from here
-        for index in range(first, first + count):
-            self.outstanding[index] = now
-        self._requests.put(service_pb2.ComputeBatchesRequest(
-            compute=service_pb2.ComputeRange(first=first, count=count)))
-
-    def cancel(self, index: int) -> None:
-        if self.outstanding.pop(index, None) is not None:
-            self.cancelled.add(index)
-            self._requests.put(service_pb2.ComputeBatchesRequest(cancel=index))
-
-    def stop(self) -> None:
-        self.alive = False
-        self._requests.put(None)
-        if self._call is not None:
-            self._call.cancel()
-
-    def _read(self) -> None:
-        assembler = BatchAssembler(None, f"worker {self.address}")
-        try:
-            for frame in self._call:  # type: ignore[union-attr]
-                batch = assembler.feed(frame)
-                if batch is not None:
-                    self.fan.arrived(self, assembler.index, batch)
-            error: errors.ConveyorError = errors.Unavailable(
-                f"worker {self.address} ended its call")
-        except grpc.RpcError as exc:
-            error = error_of(exc)
-        except errors.ConveyorError as exc:
-            error = exc
-        self.fan.lost(self, error)
 
 
 class FanIn:
@@ -454,9 +371,12 @@ class FanIn:
                         f"{self.left_out or 'none'}")
                 self.cond.wait(0.05)
             batch = self._ready.pop(self.consumed)
-            self._digests.pop(self.consumed, None)
             self._hedged.discard(self.consumed)
             self.consumed += 1
+            if len(self._digests) > self._window():  # a late copy still finds its digest
+                oldest = self.consumed - self._window()
+                for index in [i for i in self._digests if i < oldest]:
+                    del self._digests[index]
             self._dispatch()
         return batch
 
