@@ -261,7 +261,8 @@ class FanIn:
         worker.stop()
         if self._closed:
             return
-        refused = not worker.delivered and not isinstance(error, errors.Unavailable)
+        refused = not worker.delivered and not isinstance(
+            error, errors.Unavailable | errors.ResourceExhausted)  # those may pass
         if refused:
             self._leave_out(worker.address, f"it refused the call: {error.message}")
             self._refusal = error
