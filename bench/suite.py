@@ -7,7 +7,7 @@ import sys
 
 MODULES = ("bench.throughput", "bench.batch_ops", "bench.transport", "bench.checkpointing",
            "bench.memory", "bench.behaviour_probe", "bench.wire", "bench.resnet50",
-           "bench.tf_adapter")
+           "bench.tf_adapter", "bench.fleet")
 
 
 def main() -> int:

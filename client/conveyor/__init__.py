@@ -4,7 +4,7 @@ Two layers. The definition contract (``fn``, ``pipeline_def``, ``types``, ``erro
 ``TensorList``, the schemas and the spec) imports no gRPC: a trainer or the engine that only
 defines or runs pipelines in process never loads the transport. The transport (``Client``,
 ``RemotePipeline``, ``Checkpoint``, ``TlsOptions``: client, connection, channel, credentials,
-opening, remote, wire) is imported the first time one of its names is used.
+opening, remote, fan-in, wire) is imported the first time one of its names is used.
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ def server_keepalive(time_s: float = KEEPALIVE_TIME_S,
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["Conveyor"].full_name
 STREAM_BATCHES_PATH = f"/{SERVICE_NAME}/StreamBatches"
+COMPUTE_BATCHES_PATH = f"/{SERVICE_NAME}/ComputeBatches"
 
 #: Request metadata: ``Bearer TOKEN``, the caller's token.
 AUTHORIZATION_KEY = "authorization"

@@ -22,6 +22,7 @@ from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
 from conveyor.connection import Connection, addresses, close_connections, server_targets
 from conveyor.credentials import TlsOptions, read_token
+from conveyor.fan_in import check_workers
 from conveyor.opening import open_pipeline
 from conveyor.placement import Placement, call_placed, fleet
 from conveyor.remote import RemotePipeline, say_where_it_failed
@@ -153,18 +154,21 @@ class Client:
 
     def create(self, name: str, spec: Definition, *,
                keep_checkpoints: int = 0, run_id: str = "",
-               job: service_pb2.JobShare | None = None) -> RemotePipeline:
+               job: service_pb2.JobShare | None = None,
+               workers: int | str = 1) -> RemotePipeline:
         """Create ``name`` (ALREADY_EXISTS if it is held). ``run_id``: the training run
         that consumes it, recorded with it and its checkpoints (see ``open``). ``job``: a
-        data-parallel job's rank, as ``open`` makes it."""
+        data-parallel job's rank, as ``open`` makes it. ``workers``: the servers that
+        compute its batches (see ``open``)."""
+        check_workers(workers)
         reply, holder = self._placed("CreatePipeline", service_pb2.CreatePipelineRequest(
             name=name, spec=as_spec(spec), keep_checkpoints=keep_checkpoints, run_id=run_id,
             job=job))
-        return RemotePipeline(self, reply.pipeline, via=holder)
+        return RemotePipeline(self, reply.pipeline, via=holder).fan_out(workers)
 
     def open(self, name: str, spec: Definition, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
-             keep_checkpoints: int = 0) -> RemotePipeline:
+             keep_checkpoints: int = 0, workers: int | str = 1) -> RemotePipeline:
         """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
         the same ``run_id`` (or None) goes on where the run stood, at its newest
         checkpoint or after ``consumed`` batches; another ``run_id`` starts a fresh stream
@@ -174,23 +178,34 @@ class Client:
         ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
         one-rank sequence; a job goes on with any world size from the latest step all its
         ranks checkpointed (or from ``consumed``, the trainer's own step). See
-        ``opening.py``."""
+        ``opening.py``.
+
+        ``workers``: how many servers compute the batches (fan-in, ``fan_in.py``): 1 (the
+        holder's stream), a count, or ``"auto"`` (every live server of the fleet with the
+        holder's behaviour, joining as they come). The trainer receives the same batches,
+        in the same order, whatever the count; the pipeline stays on its holder
+        (``via``), and ``workers`` on the pipeline lists the servers computing now."""
+        check_workers(workers)
         return open_pipeline(self, name, as_spec(spec), run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
-                             world_size=world_size)
+                             world_size=world_size).fan_out(workers)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: Definition | None = None,
                 keep_checkpoints: int = 0, consumed: int | None = None,
                 via: str | None = None, run_id: str | None = None,
-                job: service_pb2.JobShare | None = None) -> RemotePipeline:
+                job: service_pb2.JobShare | None = None,
+                workers: int | str = 1) -> RemotePipeline:
         """Host ``name`` on this server from ``checkpoint``. ``consumed``: the batches this
         trainer has really consumed, when that is past the checkpoint (a drain checkpoints
         at the acknowledged position; batches already sent may still have been consumed
         after it): the stream then starts after them, so none is received twice.
         ``via``: the server to host it on (by default one placed as ``create`` places).
         ``run_id``: the run it belongs to from now on (by default the checkpoint's).
-        ``job``: a data-parallel job's rank starting at the share's step (``open``)."""
+        ``job``: a data-parallel job's rank starting at the share's step (``open``).
+        ``workers``: the servers that compute its batches (see ``open``); a checkpoint
+        taken with any count restores with any other."""
+        check_workers(workers)
         request = service_pb2.RestoreRequest(name=name, keep_checkpoints=keep_checkpoints)
         if isinstance(checkpoint, Checkpoint):
             request.checkpoint_id = checkpoint.id
@@ -211,18 +226,20 @@ class Client:
         else:
             reply = self._call("Restore", request, via=via)
         # The trainer's own count rules: its first stream request names it again.
-        return RemotePipeline(self, reply.pipeline, consumed=consumed, via=via)
+        return RemotePipeline(self, reply.pipeline, consumed=consumed,
+                              via=via).fan_out(workers)
 
     def resume(self, name: str, consumed: int, *,
                spec: Definition | None = None,
                keep_checkpoints: int = 0, via: str | None = None,
                checkpoints: Sequence[service_pb2.CheckpointInfo] | None = None,
-               run_id: str | None = None) -> RemotePipeline:
+               run_id: str | None = None, workers: int | str = 1) -> RemotePipeline:
         """Host ``name`` on this server at the trainer's own position, ``consumed`` batches:
         from its newest checkpoint at or before that position (a drain's, a trainer's), in
         one call, whether its server drained, died or still holds it (it is fenced).
         ``checkpoints``: the ones to choose from (by default all of the pipeline's).
-        ``run_id``: the run it belongs to from now on (by default the checkpoint's)."""
+        ``run_id``: the run it belongs to from now on (by default the checkpoint's).
+        ``workers``: the servers that compute its batches (see ``open``)."""
         found = checkpoints if checkpoints is not None else self.checkpoints(name, via)
         usable = [c for c in found if c.batches <= consumed]
         if not usable:
@@ -230,12 +247,15 @@ class Client:
                                   f"{consumed}")
         best = max(usable, key=lambda c: (c.batches, c.created_unix_ms))
         return self.restore(name, best.id, spec=spec, keep_checkpoints=keep_checkpoints,
-                            consumed=consumed, via=via, run_id=run_id)
+                            consumed=consumed, via=via, run_id=run_id, workers=workers)
 
-    def attach(self, name: str) -> RemotePipeline:
-        """Consume an existing pipeline from its acknowledged position."""
+    def attach(self, name: str, *, workers: int | str = 1) -> RemotePipeline:
+        """Consume an existing pipeline from its acknowledged position. ``workers``: the
+        servers that compute its batches (see ``open``)."""
+        if check_workers(workers) == 1:
+            return RemotePipeline(self, self.pipeline(name), via=self._preferred)
         info = self.pipeline(name)
-        return RemotePipeline(self, info, via=self._preferred)
+        return RemotePipeline(self, info, via=info.holder or self._preferred).fan_out(workers)
 
     def pipeline(self, name: str, *, via: str | None = None) -> service_pb2.PipelineInfo:
         return self._call("DescribePipeline",

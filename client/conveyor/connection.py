@@ -39,6 +39,7 @@ from conveyor.channel import (
     CHANNEL_OPTIONS,
     CHECKPOINT_BATCHES_KEY,
     CHECKPOINT_ID_KEY,
+    COMPUTE_BATCHES_PATH,
     STREAM_BATCHES_PATH,
     client_keepalive,
     host_port,
@@ -68,6 +69,10 @@ class Connection:
             STREAM_BATCHES_PATH,
             request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
             response_deserializer=None)
+        self._compute_frames = self._channel.stream_stream(
+            COMPUTE_BATCHES_PATH,
+            request_serializer=service_pb2.ComputeBatchesRequest.SerializeToString,
+            response_deserializer=None)
 
     def call(self, method: str, request: Any, timeout: float) -> Any:
         try:
@@ -80,6 +85,11 @@ class Connection:
                timeout: float | None) -> Any:
         """The frames of a StreamBatches call (an iterator that can be cancelled)."""
         return self._stream_frames(requests, timeout=timeout, metadata=self._metadata)
+
+    def compute(self, requests: Iterator[service_pb2.ComputeBatchesRequest]) -> Any:
+        """The frames of a ComputeBatches call (fan-in; an iterator that can be
+        cancelled)."""
+        return self._compute_frames(requests, metadata=self._metadata)
 
     def close(self) -> None:
         """Close the channel, its calls (cancelled) and its sockets; at most

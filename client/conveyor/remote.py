@@ -13,6 +13,11 @@ checkpoint at or before the trainer's own count, and go on where the trainer sta
 index check above makes that exactly once); when another server holds it now, they follow
 there. The trainer's loop never sees it; ``failovers`` counts it and the
 ``conveyor.client`` logger says it.
+
+**Fan-in.** With ``workers`` other than 1 (``fan_out``), ``run()`` and iteration take the
+batches from several servers at once (``fan_in.py``), the same sequence byte for byte;
+the holder keeps the name, the lease and the checkpoints, and is told where the trainer
+stands. With ``workers=1`` nothing of that runs.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from conveyor import errors
 from conveyor.acknowledgements import ACK_FLUSH_S, Acknowledgements
 from conveyor.allocator import tune_client_process
 from conveyor.connection import error_of
+from conveyor.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
 from conveyor.wire import BatchAssembler
@@ -83,6 +89,9 @@ class RemotePipeline:
         self._lock = threading.RLock()
         #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
         self._closing = threading.Event()
+        #: The servers computing its batches, when it fans in (``fan_out``).
+        self._fan_in: FanIn | None = None
+        self._fan_target: int | None = 1
         client.adopt(self)
 
     @property
@@ -115,7 +124,59 @@ class RemotePipeline:
 
     def run(self) -> Batch:
         with self._lock:
+            if self._fan_in is not None:
+                if self._fan_in.closed:  # closed before: its workers start again
+                    self._fan_in = None
+                    self.fan_out("auto" if self._fan_target is None else self._fan_target)
+                assert self._fan_in is not None
+                batch = self._fan_in.run()
+                self._consumed = self._fan_in.consumed
+                return batch
             return self._with_failover(self._next_batch)
+
+    # -- fan-in ------------------------------------------------------------------------
+
+    def fan_out(self, workers: int | str) -> RemotePipeline:
+        """Take the batches from ``workers`` servers at once (a count, or ``"auto"``: every
+        suitable server of the fleet, joining as they come); 1: from the holder's stream,
+        as always. Returns this object."""
+        count = check_workers(workers)
+        if count == 1 or self._fan_in is not None:
+            return self
+        self._close_stream()
+        self._fan_target = count
+        fan = FanIn(self, count)
+        try:
+            fan.start()
+        except errors.CheckpointingDisabled as exc:
+            exc.message = (f"workers={workers!r}: every worker starts from the pipeline's "
+                           f"position, and {exc.message}")
+            exc.args = (exc.message,)
+            raise
+        self._fan_in = fan
+        return self
+
+    @property
+    def workers(self) -> list[str]:
+        """The servers computing this pipeline's batches now."""
+        return self._fan_in.addresses() if self._fan_in is not None else [self.via]
+
+    @property
+    def fan_in(self) -> FanIn | None:
+        """The fan-in's scheduler (its counters: ``reruns``, ``mismatches``), if any."""
+        return self._fan_in
+
+    def position(self, consumed: int) -> bytes:
+        """The pipeline's state after ``consumed`` batches, recorded nowhere (where
+        workers start); the holder moves on to it (it fails over as ``checkpoint``)."""
+        with self._lock:
+            return self._with_failover(lambda: self.tell_holder(consumed))
+
+    def tell_holder(self, consumed: int) -> bytes:
+        """Tell the holder the trainer consumed ``consumed`` batches; its state there."""
+        reply = self.client._call("Checkpoint", service_pb2.CheckpointRequest(
+            name=self.name, consumed=consumed, position_only=True), via=self.via)
+        return bytes(reply.data)
 
     def _next_batch(self) -> Batch:
         if self._responses is None:
@@ -231,8 +292,14 @@ class RemotePipeline:
     def checkpoint(self) -> Checkpoint:
         """The position after the batches this object has returned, stored in Redis."""
         with self._lock:
+            if self._fan_in is not None:  # the holder first moves on to the position
+                return self._with_failover(self._fanned_in_checkpoint)
             return self._with_failover(
                 lambda: self.client.checkpoint(self.name, self._consumed, via=self.via))
+
+    def _fanned_in_checkpoint(self) -> Checkpoint:
+        self.tell_holder(self._consumed)
+        return self.client.checkpoint(self.name, self._consumed, via=self.via)
 
     def describe(self) -> service_pb2.PipelineInfo:
         return self.client.pipeline(self.name, via=self.via)
@@ -250,7 +317,9 @@ class RemotePipeline:
     def close(self) -> None:
         """End the stream (the pipeline goes on on its server; ``run()`` would open a new
         stream). A ``run()`` blocked on another thread ends at once, with
-        FailedPrecondition."""
+        FailedPrecondition. A fan-in's calls are cancelled."""
+        if self._fan_in is not None:
+            self._fan_in.close()
         if self._lock.acquire(blocking=False):
             try:
                 self._close_stream(ACK_FLUSH_S)  # nothing to wait for without a stream

@@ -136,6 +136,8 @@ class BatchAssembler:
         self.expected = expected
         self._source = source
         self._header: service_pb2.BatchHeader | None = None
+        #: The index of the batch being assembled, or of the last one returned.
+        self.index = -1
         self._buffer = np.empty(0, dtype=np.uint8)
         self._filled = 0
 
@@ -151,6 +153,7 @@ class BatchAssembler:
                                "position (batches were skipped or repeated); the batch is "
                                "not returned")
             self._header = header
+            self.index = header.index
             self._buffer = np.empty(header.total_bytes, dtype=np.uint8)
             self._filled = 0
         elif self._header is None:

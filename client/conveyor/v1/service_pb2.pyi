@@ -165,12 +165,14 @@ class StreamBatchesResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = ("name", "consumed")
+    __slots__ = ("name", "consumed", "position_only")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    POSITION_ONLY_FIELD_NUMBER: _ClassVar[int]
     name: str
     consumed: int
-    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ...) -> None: ...
+    position_only: bool
+    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ..., position_only: _Optional[bool] = ...) -> None: ...
 
 class CheckpointResponse(_message.Message):
     __slots__ = ("checkpoint", "data")
@@ -325,3 +327,37 @@ class ListServersResponse(_message.Message):
     SERVERS_FIELD_NUMBER: _ClassVar[int]
     servers: _containers.RepeatedCompositeFieldContainer[ServerInfo]
     def __init__(self, servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ...) -> None: ...
+
+class ComputeStart(_message.Message):
+    __slots__ = ("name", "checkpoint")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    checkpoint: bytes
+    def __init__(self, name: _Optional[str] = ..., checkpoint: _Optional[bytes] = ...) -> None: ...
+
+class ComputeRange(_message.Message):
+    __slots__ = ("first", "count")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    count: int
+    def __init__(self, first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class ComputeBatchesRequest(_message.Message):
+    __slots__ = ("start", "compute", "cancel")
+    START_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    start: ComputeStart
+    compute: ComputeRange
+    cancel: int
+    def __init__(self, start: _Optional[_Union[ComputeStart, _Mapping]] = ..., compute: _Optional[_Union[ComputeRange, _Mapping]] = ..., cancel: _Optional[int] = ...) -> None: ...
+
+class ComputeBatchesResponse(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: BatchHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...

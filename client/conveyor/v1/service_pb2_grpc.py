@@ -89,6 +89,11 @@ class ConveyorStub:
                 request_serializer=conveyor_dot_v1_dot_service__pb2.ListServersRequest.SerializeToString,
                 response_deserializer=conveyor_dot_v1_dot_service__pb2.ListServersResponse.FromString,
                 _registered_method=True)
+        self.ComputeBatches = channel.stream_stream(
+                '/conveyor.v1.Conveyor/ComputeBatches',
+                request_serializer=conveyor_dot_v1_dot_service__pb2.ComputeBatchesRequest.SerializeToString,
+                response_deserializer=conveyor_dot_v1_dot_service__pb2.ComputeBatchesResponse.FromString,
+                _registered_method=True)
 
 
 class ConveyorServicer:
@@ -179,6 +184,19 @@ class ConveyorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ComputeBatches(self, request_iterator, context):
+        """Computes batches of a pipeline held elsewhere for that pipeline's trainer (fan-in:
+        several servers compute one trainer's batches; the trainer puts them in order). The
+        first request names the pipeline and the position to start from (a checkpoint blob
+        of it, whose spec must be the pipeline's); later requests ask for ranges of batch
+        indices, or cancel one. Each batch comes back as StreamBatches frames carrying its
+        index, in the order asked, and only batches asked (and not cancelled) come back. The
+        worker holds no name, lease or checkpoint: the pipeline stays its holder's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConveyorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -236,6 +254,11 @@ def add_ConveyorServicer_to_server(servicer, server):
                     servicer.ListServers,
                     request_deserializer=conveyor_dot_v1_dot_service__pb2.ListServersRequest.FromString,
                     response_serializer=conveyor_dot_v1_dot_service__pb2.ListServersResponse.SerializeToString,
+            ),
+            'ComputeBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.ComputeBatches,
+                    request_deserializer=conveyor_dot_v1_dot_service__pb2.ComputeBatchesRequest.FromString,
+                    response_serializer=conveyor_dot_v1_dot_service__pb2.ComputeBatchesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -535,6 +558,33 @@ class Conveyor:
             '/conveyor.v1.Conveyor/ListServers',
             conveyor_dot_v1_dot_service__pb2.ListServersRequest.SerializeToString,
             conveyor_dot_v1_dot_service__pb2.ListServersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ComputeBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/conveyor.v1.Conveyor/ComputeBatches',
+            conveyor_dot_v1_dot_service__pb2.ComputeBatchesRequest.SerializeToString,
+            conveyor_dot_v1_dot_service__pb2.ComputeBatchesResponse.FromString,
             options,
             channel_credentials,
             insecure,

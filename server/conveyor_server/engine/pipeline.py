@@ -16,6 +16,7 @@ O(1), never by replay.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
@@ -122,6 +123,9 @@ class Pipeline:
         self._produced = base
         self._inflight: deque[BatchWork[SampleState]] = deque()
         self._depth = max(1, spec.prefetch_queue_depth)
+        #: No batch at or after this index is computed ahead, only when asked for (a
+        #: fan-in worker computes the batches asked of it, not the ones that follow).
+        self.produce_until: float = math.inf
         self._threads = max(1, spec.num_threads)
         #: A GPU pipeline's outputs leave the GPU through a ring of pinned buffers.
         stager = output_stager(self._plan, self._depth)
@@ -245,7 +249,8 @@ class Pipeline:
         if self._closed:
             raise FailedPrecondition("pipeline is closed")
         try:
-            while len(self._inflight) < self._depth:
+            while len(self._inflight) < self._depth and (
+                    self._produced < self.produce_until or not self._inflight):
                 self._submit()
         except RuntimeError:  # the pool was shut down by close() on another thread
             if self._closed:

@@ -2,7 +2,8 @@
 
 Holds the RPC handlers (``handlers.py``), registered from the generated descriptors with
 their kinds checked (``registration.py``, ``rpc_kinds.py``); the stream's send loop and
-acknowledgements (``stream.py``); the hosted pipelines (``hosted.py``); writing checkpoints
+acknowledgements (``stream.py``); batches computed for a pipeline held elsewhere, for its
+trainer's fan-in (``compute.py``); the hosted pipelines (``hosted.py``); writing checkpoints
 (``checkpoints.py``); the readers' file listings kept in Redis (``listings.py``); the one
 mapping of domain errors to status codes (``status.py``); the interceptors for
 authentication and RPC metrics (``interceptors.py``); who is calling (``identity.py``, with

@@ -36,6 +36,7 @@ from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, Exte
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.access import Access
 from conveyor_server.service.checkpoints import CheckpointWriter
+from conveyor_server.service.compute import ComputeCalls
 from conveyor_server.service.describing import Descriptions
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.identity import Authenticator
@@ -106,6 +107,9 @@ class ConveyorService:
         self.access = Access(Authenticator(), store, self.pipelines)
         self.streams.authorize = lambda context, name: self.access.require(
             context, name, "stream")
+        #: Batches computed here for pipelines held elsewhere (fan-in, ``compute.py``).
+        self.compute = ComputeCalls(store, self.access, lambda blob: self._build(None, blob),
+                                    self.streams.slots, self.streams.draining, address, limits)
 
     def _build(self, spec: pipeline_pb2.PipelineSpec | None,
                blob: bytes | None = None, share: Share | None = None) -> Pipeline:
@@ -217,6 +221,12 @@ class ConveyorService:
         self.access.require(context, request.name, "checkpoint")
         hosted = self.pipelines.local(request.name)
         batches = request.consumed if request.HasField("consumed") else hosted.acknowledged
+        if request.position_only:
+            return service_pb2.CheckpointResponse(
+                checkpoint=service_pb2.CheckpointInfo(
+                    pipeline=hosted.name, batches=batches, server=self.address,
+                    generation=hosted.generation, run_id=hosted.run_id),
+                data=hosted.position(batches))
         produced = hosted.engine.batches_produced
         if batches > produced:
             raise FailedPrecondition(
@@ -225,6 +235,11 @@ class ConveyorService:
         stored = self.checkpoints.write_within(context, hosted, batches)
         return service_pb2.CheckpointResponse(checkpoint=checkpoint_info(stored),
                                               data=stored.blob)
+
+    @rpc_kinds.bidi_streaming
+    def ComputeBatches(self, request_iterator: Iterator[service_pb2.ComputeBatchesRequest],
+                       context: grpc.ServicerContext) -> Iterator[bytes]:
+        yield from self.compute.serve(request_iterator, context)
 
     @rpc_kinds.unary
     def Restore(self, request: service_pb2.RestoreRequest,

@@ -102,6 +102,29 @@ class HostedPipeline:
             self.streaming = True
         return token
 
+    def position(self, consumed: int) -> bytes:
+        """The state after ``consumed`` batches, recorded nowhere (the position a fan-in's
+        workers start from). The trainer took its batches from workers, so a pipeline
+        with no stream attached moves on to ``consumed`` (never back): its recorded
+        checkpoints, drain and description follow the trainer."""
+        with self.engine_lock, self.cond:
+            self.check_live()
+            if not self.streaming and consumed > self.engine.batches_produced:
+                try:
+                    self.engine.seek(consumed)
+                except (ValueError, OverflowError):
+                    raise InvalidArgument(f"pipeline {self.name!r}: batch {consumed} is out "
+                                          "of range") from None
+            if not self.streaming and consumed > self.acknowledged:
+                self.sent = self.acknowledged = consumed
+                self.cond.notify_all()
+            produced = self.engine.batches_produced
+            if consumed > produced:
+                raise FailedPrecondition(
+                    f"pipeline {self.name!r}: no position after {consumed} batches: only "
+                    f"{produced} were produced, and a stream is attached")
+            return self.engine.checkpoint(batches=consumed)
+
     def check_consumer(self, token: int) -> None:
         """Aborted if a newer stream took over from the one holding ``token``."""
         if token != self.consumer:

@@ -1,0 +1,317 @@
+"""Fan-in: one trainer fed by several servers (``Client.open(..., workers=k)``).
+
+- scaling on real cores: a CPU-heavy pipeline (decode, rotate, resize to 224) read by one
+  trainer from 1 server pinned to core 0 (its stream, ``workers=1``) against 2 servers
+  pinned to cores 0 and 1 (``workers=2``), each server with one worker thread. The
+  trainer is not pinned: on a 2-core machine it shares the cores with the servers.
+- mechanism scaling: 1, 2, 4 and 8 servers computing a pipeline whose cost is a fixed wait
+  per batch (an external source that sleeps, on the server's submitting thread, so one
+  server computes one batch at a time); the trainer's own limit is measured on the same
+  pipeline with the wait set to 0.
+- trainer cost: the trainer's CPU per received 224x224x3 float16 image (about 300 KB), from
+  1 server's stream, a fan-in of 1 and a fan-in of 4.
+- random access: seek + run of one batch at arbitrary indices in the engine, against
+  running in order, for the shuffled file reader and an external source.
+- tail: the longest wait for one batch when one of 3 workers is killed (-9), and when one
+  is stopped (SIGSTOP; the hedge takes over), beside the usual wait.
+
+Run: python -m bench.fleet [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import conveyor
+from bench._shared import (
+    interleaved,
+    machine,
+    make_dataset,
+    median,
+    parse_args,
+    process_cpu_s,
+    ratio,
+    spread,
+    table,
+)
+from conveyor import fn, pipeline_def, types
+from conveyor.channel import wait_serving
+from conveyor.external_source import SampleInfo
+from conveyor_server.demo.launch import spawn_server, stop_server
+from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.store.redis_process import RedisProcess
+
+REPO = Path(__file__).resolve().parents[1]
+SLEEPY = "bench.fleet:sleepy"
+FLAT = "bench.fleet:flat"
+#: The wait of the sleepy source per sample, in milliseconds, and its batch size.
+WAIT_MS = float(os.environ.get("CONVEYOR_BENCH_WAIT_MS", "2.5"))
+SLEEPY_BATCH = 8
+FLAT_BATCH = 16
+_FLAT = np.full((224, 224, 3), 0.5, dtype=np.float16)
+
+
+def sleepy(info: SampleInfo) -> np.ndarray:
+    """A sample that takes ``WAIT_MS`` to make (the servers' environment sets it)."""
+    time.sleep(WAIT_MS / 1000)
+    return np.array([info.epoch_idx, info.idx_in_epoch], dtype=np.int64)
+
+
+def flat(info: SampleInfo) -> np.ndarray:
+    """A 224x224x3 float16 image, made at no cost."""
+    return _FLAT
+
+
+@pipeline_def(batch_size=8, num_threads=1, seed=3, enable_checkpointing=True,
+              prefetch_queue_depth=2)
+def heavy(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
+    images = fn.decoders.image(jpegs, output_type=types.RGB)
+    rotated = fn.rotate(images, angle=fn.random.uniform(range=(-30.0, 30.0)), fill_value=0)
+    return fn.resize(rotated, resize_x=224, resize_y=224), labels
+
+
+@pipeline_def(batch_size=SLEEPY_BATCH, num_threads=1, seed=3, enable_checkpointing=True)
+def waiting() -> Any:
+    return fn.external_source(source=SLEEPY, batch=False, dtype=types.INT64)
+
+
+@pipeline_def(batch_size=FLAT_BATCH, num_threads=1, seed=3, enable_checkpointing=True)
+def images_f16() -> Any:
+    return fn.external_source(source=FLAT, batch=False, dtype=types.FLOAT16, layout="HWC")
+
+
+class Fleet:
+    """Servers sharing one private Redis, each optionally pinned to a core."""
+
+    def __init__(self, data_root: Path, log_dir: Path) -> None:
+        self.redis = RedisProcess(appendonly=False).start()
+        self.data_root = data_root
+        self.log_dir = log_dir
+        self.servers: list[tuple[subprocess.Popen[str], str]] = []
+
+    def start(self, core: int | None = None, wait_ms: float = WAIT_MS) -> str:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get(
+            "PYTHONPATH", "")]), CONVEYOR_EXTERNAL_SOURCES=f"{SLEEPY},{FLAT}",
+            CONVEYOR_LIMITS_WORKER_THREADS="1", CONVEYOR_BENCH_WAIT_MS=str(wait_ms))
+        args = ["--host", "127.0.0.1", "--port", "0", "--redis-url", self.redis.url,
+                "--data-root", str(self.data_root), "--log-level", "WARNING"]
+        log = (self.log_dir / f"server-{len(self.servers)}.log").open("w")
+        proc, address = spawn_server(args, stderr=log, env=env)
+        if core is not None:
+            subprocess.run(["taskset", "-a", "-p", "-c", str(core), str(proc.pid)],
+                           check=True, capture_output=True)
+        wait_serving(address)
+        self.servers.append((proc, address))
+        return address
+
+    def pid(self, address: str) -> int:
+        return next(p.pid for p, a in self.servers if a == address)
+
+    def close(self) -> None:
+        for proc, _ in self.servers:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+            stop_server(proc, 10)
+        self.redis.cleanup()
+
+
+@contextmanager
+def fleet(data_root: Path, log_dir: Path) -> Iterator[Fleet]:
+    f = Fleet(data_root, log_dir)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def client(*addresses: str) -> conveyor.Client:
+    return conveyor.Client(list(addresses), place=False, timeout=30, keepalive_s=1,
+                           keepalive_timeout_s=1)
+
+
+_names = iter(range(1_000_000))
+
+
+def rate(addresses: list[str], spec: Any, workers: int | str, batches: int,
+         batch: int) -> tuple[float, float]:
+    """Items per second and the trainer's CPU seconds per item, over ``batches`` after a
+    warm-up, from a fresh pipeline held by the first address."""
+    with client(*addresses) as c:
+        pipe = c.open(f"bench-{next(_names)}", spec, workers=workers)
+        for _ in range(4):
+            pipe.run()
+        cpu, start = process_cpu_s(), time.perf_counter()
+        for _ in range(batches):
+            pipe.run()
+        took, used = time.perf_counter() - start, process_cpu_s() - cpu
+        pipe.close()
+        c.delete(pipe.name)
+    return batches * batch / took, used / (batches * batch)
+
+
+def scaling_on_cores(data_root: Path, image_dir: Path, log_dir: Path, runs: int,
+                     batches: int) -> None:
+    print("Scaling on real cores: decode + rotate + resize 224, batches of 8; servers "
+          "pinned (one worker thread each), the trainer not\n")
+    spec = heavy(str(image_dir))
+    with fleet(data_root, log_dir) as f:
+        a, b = f.start(core=0), f.start(core=1)
+        got = interleaved({
+            "1 server (core 0)": lambda: rate([a], spec, 1, batches, 8)[0],
+            "2 servers (cores 0, 1)": lambda: rate([a, b], spec, 2, batches, 8)[0],
+        }, runs)
+    one, two = got["1 server (core 0)"], got["2 servers (cores 0, 1)"]
+    table([[name, f"{median(v):.0f}", spread(v)] for name, v in got.items()],
+          ["trainer fed by", "images/s", "spread"])
+    print(f"2 servers / 1 server: {ratio(two, one)}\n")
+
+
+def mechanism(data_root: Path, log_dir: Path, runs: int, batches: int) -> None:
+    print(f"Mechanism scaling: a fixed wait of {WAIT_MS * SLEEPY_BATCH:.0f} ms per batch "
+          f"({SLEEPY_BATCH} samples of {WAIT_MS} ms), one server computing one batch at a "
+          "time\n")
+    spec = waiting()
+    counts = (1, 2, 4, 8)
+    with fleet(data_root, log_dir) as f:
+        free = [f.start(wait_ms=0) for _ in range(2)]
+        limit = [rate(free, spec, 2, batches * 4, SLEEPY_BATCH)[0] / SLEEPY_BATCH
+                 for _ in range(runs)]
+    with fleet(data_root, log_dir) as f:
+        addresses = [f.start() for _ in range(max(counts))]
+        def of(k: int) -> Callable[[], float]:
+            return lambda: rate(addresses[:k], spec, k, batches, SLEEPY_BATCH)[0] / SLEEPY_BATCH
+        measured = interleaved({str(k): of(k) for k in counts}, runs)
+        got = {int(k): v for k, v in measured.items()}
+    ideal = 1000 / (WAIT_MS * SLEEPY_BATCH)
+    rows = [[f"{k} server{'s' if k > 1 else ''}", f"{median(v):.1f}", spread(v, "{:.1f}"),
+             f"{median(v) / ideal:.2f}", f"{median(v) / (k * median(got[1])):.2f}"]
+            for k, v in got.items()]
+    table(rows, ["workers", "batches/s", "spread", "x one wait", "of k x 1 server"])
+    print("(1 server: its stream, workers=1; more: the fan-in)")
+    print(f"the trainer's own limit on this pipeline (no wait, 2 servers): "
+          f"{median(limit):.0f} batches/s ({spread(limit)})\n")
+
+
+def trainer_cost(data_root: Path, log_dir: Path, runs: int, batches: int) -> None:
+    print(f"Trainer cost: CPU of the trainer process per received 224x224x3 float16 image "
+          f"(batches of {FLAT_BATCH}, {FLAT_BATCH * 224 * 224 * 3 * 2 / 1e6:.1f} MB)\n")
+    spec = images_f16()
+    with fleet(data_root, log_dir) as one, fleet(data_root, log_dir) as four:
+        alone = [one.start()]
+        addresses = [four.start() for _ in range(4)]
+        contenders: dict[str, Callable[[], float]] = {
+            "1 server, its stream": lambda: rate(alone, spec, 1, batches, FLAT_BATCH)[1],
+            "fan-in of 1": lambda: rate(alone, spec, "auto", batches, FLAT_BATCH)[1],
+            "fan-in of 4": lambda: rate(addresses, spec, 4, batches, FLAT_BATCH)[1],
+        }
+        got = interleaved(contenders, runs)
+    table([[name, f"{median(v) * 1000:.3f}", spread([x * 1000 for x in v], "{:.3f}")]
+           for name, v in got.items()], ["trainer fed by", "ms CPU / image", "spread"])
+
+
+def tail(data_root: Path, log_dir: Path, runs: int) -> None:
+    print("Tail: the longest wait for one batch when one of 3 workers fails mid-stream "
+          f"(a {WAIT_MS * SLEEPY_BATCH:.0f} ms wait per batch; keepalive 1 s + 1 s)\n")
+    spec = waiting()
+    rows = []
+    for fault in ("kill -9", "SIGSTOP"):
+        stalls, usual = [], []
+        for _ in range(runs):
+            with fleet(data_root, log_dir) as f:
+                addresses = [f.start() for _ in range(3)]
+                with client(*addresses) as c:
+                    pipe = c.open(f"tail-{next(_names)}", spec, workers=3)
+                    gaps = []
+                    for i in range(120):
+                        if i == 40:
+                            os.kill(f.pid(addresses[2]),
+                                    signal.SIGKILL if fault == "kill -9" else signal.SIGSTOP)
+                        started = time.perf_counter()
+                        pipe.run()
+                        gaps.append(time.perf_counter() - started)
+                    pipe.close()
+            stalls.append(max(gaps[40:]))
+            usual.append(median(gaps[:40]))
+        rows.append([fault, f"{median(stalls):.2f}", spread(stalls, "{:.2f}"),
+                     f"{median(usual) * 1000:.0f}"])
+    table(rows, ["worker fault", "longest wait (s)", "spread", "usual wait (ms)"])
+
+
+def random_access(image_dir: Path, data_root: Path, runs: int, batches: int) -> None:
+    print("Random access in the engine: seek to an arbitrary index then run one batch (as a "
+          "worker does for each run of indices asked), against running in order\n")
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, spec, roots in (
+            ("file reader, shuffled (decode, rotate, resize)", heavy(str(image_dir)),
+             [data_root]),
+            (f"external source ({WAIT_MS} ms per sample)", waiting(), None)):
+        def in_order(spec: Any = spec, roots: Any = roots) -> float:
+            with Pipeline(spec, data_roots=roots) as pipe:
+                pipe.run()
+                start = time.perf_counter()
+                for _ in range(batches):
+                    pipe.run()
+                return (time.perf_counter() - start) / batches
+
+        def seeking(spec: Any = spec, roots: Any = roots) -> float:
+            with Pipeline(spec, data_roots=roots) as pipe:
+                pipe.run()
+                targets = rng.integers(0, 100_000, batches)
+                start = time.perf_counter()
+                for index in targets:
+                    pipe.seek(int(index))
+                    pipe.produce_until = int(index) + 1
+                    pipe.run()
+                return (time.perf_counter() - start) / batches
+
+        got = interleaved({"in order": in_order, "seeking": seeking}, runs)
+        rows.append([label, f"{median(got['in order']) * 1000:.1f}",
+                     f"{median(got['seeking']) * 1000:.1f}",
+                     ratio(got["seeking"], got["in order"])])
+    table(rows, ["source", "ms / batch in order", "ms / batch seeking", "seeking / in order"])
+
+
+PARTS = ("cores", "mechanism", "trainer", "tail", "seek")
+
+
+def main(argv: list[str] | None = None) -> int:
+    def only(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--only", choices=PARTS, action="append",
+                       help="run only these parts (repeatable)")
+    args = parse_args((__doc__ or "").splitlines()[0], argv=argv, extra=only)
+    parts = args.only or PARTS
+    image_dir = make_dataset(args.data, args.images)
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "conveyor-bench-fleet"
+    log_dir.mkdir(exist_ok=True)
+    print(machine(), "\n")
+    # Each measurement reads many more batches than the fan-in's reorder window holds
+    # (4 per worker + 4), so what was computed ahead during the warm-up does not count.
+    batches = 30 if args.quick else 80
+    if "cores" in parts:
+        scaling_on_cores(args.data, image_dir, log_dir, args.runs, batches)
+    if "mechanism" in parts:
+        mechanism(args.data, log_dir, args.runs, batches * 5)
+    if "trainer" in parts:
+        trainer_cost(args.data, log_dir, args.runs, batches * 3)
+    if "seek" in parts:
+        random_access(image_dir, args.data, args.runs, batches)
+    if "tail" in parts:
+        tail(args.data, log_dir, max(1, args.runs // 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
