@@ -93,6 +93,8 @@ def operator_section(name: str, op: OpSchema) -> str:
     lines = [f"#### fn.{name}", "",
              f"Inputs: {op.num_inputs}. Outputs: {_outputs(op)}. "
              f"Devices: {', '.join(f'`{d}`' for d in op.devices)}.", ""]
+    if op.doc:
+        lines += [op.doc, ""]
     if not op.args:
         return "\n".join([*lines, "No arguments.", ""])
     lines += ["| argument | kind | default | allowed | per sample |", "|---|---|---|---|---|"]

@@ -170,6 +170,14 @@ READER_SCHEMAS = {
             **SEED_ARGS,
         },
         outputs_by=tfrecord_outputs,
+        doc=("`tf.train.Example` records of TFRecord files, one index file each "
+             "(`offset size` per record, as DALI's `tfrecord2idx`; `conveyor tfrecord-index` "
+             "writes missing ones). `features` maps names to "
+             "`tfrecord.FixedLenFeature(shape, dtype, default)` or "
+             "`tfrecord.VarLenFeature([partial_shape,] dtype, default)` "
+             "(`from conveyor.dali import tfrecord as tfrec`); the outputs come back as a dict "
+             "by feature name. Each record's framing checksums are checked before it is "
+             "parsed. See [readers](../guides/readers.md#tfrecord)."),
     ),
     "readers.coco": OpSchema(
         0,
@@ -192,5 +200,11 @@ READER_SCHEMAS = {
             **SEED_ARGS,
         },
         outputs_by=coco_outputs,
+        doc=("Images (their files' bytes, undecoded) of a COCO data set, in image id order, "
+             "with their boxes (float32, `[x, y, w, h]` or with `ltrb` `[l, t, r, b]`; "
+             "`ratio` divides by the image's size), labels (int32, the category's position "
+             "from 1, or its id with `avoid_class_remapping`), with `polygon_masks` the "
+             "polygons (`[box, first vertex, end vertex]`) and vertices, with `image_ids` "
+             "the image's id. See [readers](../guides/readers.md#coco)."),
     ),
 }

@@ -74,6 +74,9 @@ class OpSchema:
     #: (defaults filled in) and the names of those fed per sample; None from it, or no
     #: rule: the size follows the data (checked as each sample is made).
     fixed_output: OutputRule | None = None
+    #: A few sentences for the operator reference, where its arguments alone do not say
+    #: what it outputs (markdown; empty: none).
+    doc: str = ""
 
 
 SEED_ARGS = {"seed": Arg("int", default=-1, minimum=-1)}

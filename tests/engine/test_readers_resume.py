@@ -1,6 +1,6 @@
-"""The numpy, webdataset, caffe, caffe2, tfrecord and coco readers in the shared properties every reader
-meets: resume is exact at any position of every reader configuration (``tests/support/resume.py``),
-and the stream does not depend on threads or prefetch."""
+"""The numpy, webdataset, caffe, caffe2, tfrecord and coco readers in the shared properties
+every reader meets: resume is exact at any position of every reader configuration
+(``tests/support/resume.py``), and the stream does not depend on threads or prefetch."""
 
 from __future__ import annotations
 

@@ -60,12 +60,12 @@ Values = Sequence[bytes] | Sequence[float] | Sequence[int]
 def feature(values: Values, kind: str) -> bytes:
     """A ``Feature`` message of ``kind`` "bytes", "float" or "int64"."""
     if kind == "bytes":
-        inner = b"".join(_field(1, bytes(v)) for v in values)  # type: ignore[arg-type]
+        inner = b"".join(_field(1, v) for v in values if isinstance(v, bytes))
         return _field(1, inner)
     if kind == "float":
         packed = struct.pack(f"<{len(values)}f", *values)
         return _field(2, _field(1, packed) if values else b"")
-    packed = b"".join(_varint(int(v)) for v in values)  # type: ignore[arg-type]
+    packed = b"".join(_varint(int(v)) for v in values if not isinstance(v, bytes))
     return _field(3, _field(1, packed) if values else b"")
 
 
@@ -134,7 +134,7 @@ def coco_document(count: int) -> dict:
     ids = [(k * 37) % 101 + 1 for k in range(count)]
     images = [{"id": image_id, "file_name": f"img/{image_id:05d}.jpg",
                "width": 64 + image_id % 17, "height": 48 + image_id % 13} for image_id in ids]
-    annotations = []
+    annotations: list[dict] = []
     for image_id in ids:
         for a in range(0 if image_id % 4 == 0 else image_id % 5):
             x, y = float(image_id % 9) + 0.5 * a, float(a * 3) + 0.25

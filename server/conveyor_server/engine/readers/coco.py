@@ -134,10 +134,10 @@ class CocoIndex:
                     raise DocumentError(f"{what} has no {key!r}")
             image_id = _int(ann["image_id"], f"{what}.image_id")
             category = _int(ann["category_id"], f"{what}.category_id")
-            box = _list(ann["bbox"], f"{what}.bbox")
-            if len(box) != 4:
-                raise DocumentError(f"{what}.bbox must hold 4 numbers, got {len(box)}")
-            xywh = np.array([_number(v, f"{what}.bbox") for v in box], dtype=np.float32)
+            given = _list(ann["bbox"], f"{what}.bbox")
+            if len(given) != 4:
+                raise DocumentError(f"{what}.bbox must hold 4 numbers, got {len(given)}")
+            xywh = np.array([_number(v, f"{what}.bbox") for v in given], dtype=np.float32)
             if not options.include_iscrowd and _int(ann.get("iscrowd", 0),
                                                     f"{what}.iscrowd") != 0:
                 continue
@@ -193,8 +193,8 @@ class CocoIndex:
                     vertex_rows.append(v)
                     vertices_here += len(v)
                     polys_here += 1
-            limits.check_output((len(own), 4), np.float32, f"the boxes of image {name!r}")
-            limits.check_output((vertices_here, 2), np.float32,
+            limits.check_output((len(own), 4), "float32", f"the boxes of image {name!r}")
+            limits.check_output((vertices_here, 2), "float32",
                                 f"the polygon vertices of image {name!r}")
             names.append(name)
             ids.append(image_id)

@@ -146,7 +146,7 @@ class FeatureParser:
             strings = value.bytes_list.value
             if not strings:
                 return default.copy()
-            self._limits.check_output((len(strings[0]),), np.uint8, f"feature {name!r}")
+            self._limits.check_output((len(strings[0]),), "uint8", f"feature {name!r}")
             return np.frombuffer(strings[0], dtype=np.uint8).copy()
         values = getattr(value, field).value
         count = len(values)
@@ -162,7 +162,7 @@ class FeatureParser:
                 raise RecordError(f"holds {count} values of feature {name!r}, not a "
                                   f"multiple of its partial shape {list(feature.shape)}")
             shape = (count // row, *feature.shape) if feature.shape else (count,)
-        self._limits.check_output(shape, dtype, f"feature {name!r}")
+        self._limits.check_output(shape, np.dtype(dtype), f"feature {name!r}")
         return np.asarray(values, dtype=dtype).reshape(shape)
 
 
