@@ -176,16 +176,20 @@ def decode_feature(text: str) -> tuple[str, Feature]:
 
 
 def feature_names(entries: Any) -> tuple[str, ...]:
-    """The output names a spec's ``features`` give (none where an entry does not decode:
-    the argument's validation refuses it)."""
+    """The output names a spec's ``features`` give: each entry's name, read without
+    checking the rest (the reader's build checks each entry and names what is wrong); none
+    where an entry has no name."""
     if not isinstance(entries, (list, tuple)):
         return ()
     names = []
     for entry in entries:
         try:
-            names.append(decode_feature(entry)[0] if isinstance(entry, str) else "")
-        except SpecError:
+            fields = json.loads(entry) if isinstance(entry, str) else None
+        except ValueError:
             return ()
+        if not isinstance(fields, dict) or not isinstance(fields.get("name"), str):
+            return ()
+        names.append(fields["name"])
     return tuple(names)
 
 
