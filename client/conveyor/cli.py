@@ -292,26 +292,6 @@ def _export_spec(target: str, arguments: Sequence[str], fmt: str) -> None:
           else text_format.MessageToString(spec), end="" if fmt == "textproto" else "\n")
 
 
-def _tfrecord_index(files: Sequence[str], index_dir: str | None, force: bool) -> int:
-    """Write the missing index files (all of them with ``force``); 1 if a file is not a
-    readable TFRecord file."""
-    from conveyor import tfrecord
-
-    for path in files:
-        index = (os.path.join(index_dir, os.path.basename(path) + ".idx") if index_dir
-                 else tfrecord.index_path_for(path))
-        if os.path.exists(index) and not force:
-            print(f"{index}: exists (--force rewrites it)")
-            continue
-        try:
-            count = tfrecord.write_index(path, index)
-        except (OSError, tfrecord.RecordFramingError) as exc:
-            print(f"conveyor: {path}: {exc}", file=sys.stderr)
-            return 1
-        print(f"{index}: {count} records")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="conveyor", description="Operate Conveyor pipelines.")
     p.add_argument("--server", default=None,
@@ -358,7 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="release the name on any server, whoever holds it (a dead server)")
     args = p.parse_args(argv)
     if args.command == "tfrecord-index":
-        return _tfrecord_index(args.files, args.index_dir, args.force)
+        from conveyor import tfrecord
+
+        return tfrecord.index_command(args.files, args.index_dir, args.force)
     if args.command == "spec":
         try:
             _export_spec(args.target, args.arguments, args.format)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -268,3 +269,21 @@ def build_missing_indexes(paths: Sequence[str],
             write_index(path, index)
             written.append(index)
     return written
+
+
+def index_command(files: Sequence[str], index_dir: str | None, force: bool) -> int:
+    """``conveyor tfrecord-index``: write the missing index files (all of them with
+    ``force``), one line a file; 1 at the first file that is not a sound TFRecord file."""
+    for path in files:
+        index = (os.path.join(index_dir, os.path.basename(path) + ".idx") if index_dir
+                 else index_path_for(path))
+        if os.path.exists(index) and not force:
+            print(f"{index}: exists (--force rewrites it)")
+            continue
+        try:
+            count = write_index(path, index)
+        except (OSError, RecordFramingError) as exc:
+            print(f"conveyor: {path}: {exc}", file=sys.stderr)
+            return 1
+        print(f"{index}: {count} records")
+    return 0
