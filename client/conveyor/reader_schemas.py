@@ -5,7 +5,8 @@ All share the file reader's order and sharding arguments (``READER_ORDER``; the 
 orders every reader with one stage; the LMDB readers, as DALI's, have no
 ``shuffle_after_epoch``). Arguments DALI uses to tune its own I/O
 (``initial_fill``, ``read_ahead``, ``dont_use_mmap``, ``cache_header_information``,
-``use_o_direct``) are accepted so that DALI pipelines port unchanged; they change nothing.
+``use_o_direct``, a reader's own ``prefetch_queue_depth``) are accepted so that DALI
+pipelines port unchanged; they change nothing.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ READER_SCHEMAS = {
             "lazy_init": Arg("bool", default=False),
             "tensor_init_bytes": Arg("int", default=1048576, minimum=0),
             "use_o_direct": Arg("bool", default=False),
+            "prefetch_queue_depth": Arg("int", default=1, minimum=1),
             **ON_ERROR_ARGS,
             **SEED_ARGS,
         },
@@ -196,6 +198,7 @@ READER_SCHEMAS = {
             **READER_ORDER,
             "lazy_init": Arg("bool", default=False),
             "tensor_init_bytes": Arg("int", default=1048576, minimum=0),
+            "prefetch_queue_depth": Arg("int", default=1, minimum=1),
             **ON_ERROR_ARGS,
             **SEED_ARGS,
         },

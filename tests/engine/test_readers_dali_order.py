@@ -65,7 +65,8 @@ def conveyor_samples(case: dict[str, Any], data: dict[str, Any]) -> list[list[An
         @pipeline_def(batch_size=batch, num_threads=2, seed=5)
         def coco() -> Any:
             return fn.readers.coco(file_root=data["file_root"],
-                                   annotations_file=data["annotations_file"], **args)
+                                   annotations_file=data["annotations_file"],
+                                   prefetch_queue_depth=2, read_ahead=True, **args)
         return _samples(coco(), batches)
     columns = []
     for name, (kind, shape, dtype, default) in EXPECTED["features"].items():
