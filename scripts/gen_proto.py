@@ -5,9 +5,10 @@ Conveyor's own API (proto/conveyor/v1) goes into client/ (or OUT_DIR): the proto
 the package path, so proto/conveyor/v1/x.proto becomes OUT_DIR/conveyor/v1/x_pb2.py and
 imports as conveyor.v1.x_pb2 with no patching.
 
-The record formats the server's readers parse (proto/caffe, proto/caffe2: messages with
-their publishers' field numbers, no imports, no services) go into the server's engine, in
-FORMATS_DIR (OUT_DIR/formats when OUT_DIR is given), as caffe_pb2.py and caffe2_pb2.py.
+The record formats the server's readers parse (proto/caffe, proto/caffe2, proto/tensorflow:
+messages with their publishers' field numbers, no imports, no services) go into the
+server's engine, in FORMATS_DIR (OUT_DIR/formats when OUT_DIR is given), as caffe_pb2.py,
+caffe2_pb2.py and example_pb2.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 #: Folders under proto/ holding record formats rather than Conveyor's API.
-FORMATS = ("caffe", "caffe2")
+FORMATS = ("caffe", "caffe2", "tensorflow")
 FORMATS_DIR = ROOT / "server" / "conveyor_server" / "engine" / "readers" / "formats"
 
 

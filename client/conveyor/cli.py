@@ -8,12 +8,15 @@
     conveyor [--server ADDR] stream NAME [--batches N]  # reads a copy, never moves NAME
     conveyor [--server ADDR] delete NAME [--keep-checkpoints] [--force]
     conveyor spec MODULE:FUNCTION [ARG ...] [--format json|textproto]   # no server
+    conveyor tfrecord-index FILE [FILE ...] [--index-dir DIR] [--force]  # no server
 
 ``pipelines`` and ``describe`` say whether each holder is alive (its lease on the name in
 Redis) and give the latest checkpoint whichever server wrote it; ``describe`` prints the
 spec one operator a line (an input ``#i.j`` is output j of operator #i); ``stream``
 reports images/s and each output's dtype, layout and sample shapes. With no server at the
 address, the error says how to name one (``--server``, ``CONVEYOR_SERVER``).
+``tfrecord-index`` writes the DALI index file (``FILE.idx``, or in ``--index-dir``) of each
+TFRecord file that has none, checking every record's checksums.
 
 Credentials never go on the command line: the token is read from ``--token-file FILE``
 (``-``: standard input) or ``CONVEYOR_TOKEN_FILE``, else ``CONVEYOR_TOKEN``. TLS:
@@ -322,12 +325,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("target", metavar="MODULE:FUNCTION")
     e.add_argument("arguments", nargs="*", help="string arguments of the function")
     e.add_argument("--format", choices=("json", "textproto"), default="json")
+    t = sub.add_parser("tfrecord-index", help="write the index files fn.readers.tfrecord "
+                                              "reads (no server needed)")
+    t.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files")
+    t.add_argument("--index-dir", metavar="DIR",
+                   help="where to write FILE.idx (default: beside each file)")
+    t.add_argument("--force", action="store_true", help="rewrite index files that exist")
     d = sub.add_parser("delete", help="delete a pipeline and release its name")
     d.add_argument("name")
     d.add_argument("--keep-checkpoints", action="store_true")
     d.add_argument("--force", action="store_true",
                    help="release the name on any server, whoever holds it (a dead server)")
     args = p.parse_args(argv)
+    if args.command == "tfrecord-index":
+        from conveyor import tfrecord
+
+        return tfrecord.index_command(args.files, args.index_dir, args.force)
     if args.command == "spec":
         try:
             _export_spec(args.target, args.arguments, args.format)

@@ -5,7 +5,8 @@ Each call records one operator in the pipeline being defined and returns its out
 operator of ``conveyor.schema.SCHEMAS`` is here, made from its schema: ``rotate`` as
 ``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix), and
 under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
-``external_source`` is wrapped to take a callable.
+``external_source`` is wrapped to take a callable, ``readers.tfrecord`` to take DALI's
+``features`` dict (``conveyor.tfrecord``) and return its outputs by feature name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from conveyor import external_source as sources
 from conveyor.errors import SpecError
 from conveyor.graph import make_op
 from conveyor.schema import SCHEMAS
+from conveyor.tfrecord import encode_features
 
 
 def _declared_ops() -> dict[str, Any]:
@@ -42,6 +44,22 @@ def _declared_ops() -> dict[str, Any]:
 
 _OPS = _declared_ops()
 _external_source = _OPS.pop("external_source")
+_tfrecord = _OPS["readers"].tfrecord
+
+
+def _readers_tfrecord(*inputs: Any, features: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """DALI's ``fn.readers.tfrecord``: ``features`` maps each feature's name to
+    ``tfrecord.FixedLenFeature(...)`` or ``tfrecord.VarLenFeature(...)``; the outputs come
+    back as a dict by feature name, in ``features``' order."""
+    encoded = encode_features(features)
+    out = _tfrecord(*inputs, features=encoded, **kwargs)
+    nodes = out if isinstance(out, tuple) else (out,)
+    return dict(zip(features, nodes, strict=True))
+
+
+_readers_tfrecord.__name__ = "tfrecord"
+_readers_tfrecord.__qualname__ = "fn.readers.tfrecord"
+_OPS["readers"].tfrecord = _readers_tfrecord
 
 
 def __getattr__(name: str) -> Any:

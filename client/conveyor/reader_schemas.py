@@ -1,11 +1,12 @@
-"""The schemas of ``readers.numpy``, ``readers.webdataset``, ``readers.caffe`` and
-``readers.caffe2``: DALI's argument names.
+"""The schemas of ``readers.numpy``, ``readers.webdataset``, ``readers.caffe``,
+``readers.caffe2``, ``readers.tfrecord`` and ``readers.coco``: DALI's argument names.
 
 All share the file reader's order and sharding arguments (``READER_ORDER``; the engine
 orders every reader with one stage; the LMDB readers, as DALI's, have no
 ``shuffle_after_epoch``). Arguments DALI uses to tune its own I/O
 (``initial_fill``, ``read_ahead``, ``dont_use_mmap``, ``cache_header_information``,
-``use_o_direct``) are accepted so that DALI pipelines port unchanged; they change nothing.
+``use_o_direct``, a reader's own ``prefetch_queue_depth``) are accepted so that DALI
+pipelines port unchanged; they change nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conveyor.schema_args import ON_ERROR_ARGS, SEED_ARGS, Arg, OpSchema
+from conveyor.tfrecord import feature_names
 
 #: What ``readers.webdataset`` outputs may hold (DALI's set: fixed-size numbers, no bool).
 WEBDATASET_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
@@ -72,6 +74,19 @@ def caffe2_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
             + (("labels",) if args["label_type"] != NO_LABEL else ())
             + tuple(f"additional_{i}" for i in range(extra))
             + (("bboxes",) if args["bbox"] else ()))
+
+
+def tfrecord_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """``readers.tfrecord``: one output per feature, named by it, in ``features``' order."""
+    return feature_names(args["features"])
+
+
+def coco_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """``readers.coco``: the image's bytes, its boxes and their labels, then the polygons and
+    their vertices if ``polygon_masks``, then the image's id if ``image_ids``."""
+    return (("images", "bboxes", "labels")
+            + (("polygons", "vertices") if args["polygon_masks"] else ())
+            + (("image_ids",) if args["image_ids"] else ()))
 
 
 READER_SCHEMAS = {
@@ -138,5 +153,61 @@ READER_SCHEMAS = {
             **SEED_ARGS,
         },
         outputs_by=caffe2_outputs,
+    ),
+    "readers.tfrecord": OpSchema(
+        0,
+        ("features",),
+        {
+            "path": Arg("strings", required=True, path=True, unbounded=True),
+            "index_path": Arg("strings", required=True, path=True, unbounded=True),
+            # One entry per output: a feature, encoded by conveyor.tfrecord (fn takes DALI's
+            # dict of FixedLenFeature / VarLenFeature and encodes it).
+            "features": Arg("strings", required=True),
+            **READER_ORDER,
+            "lazy_init": Arg("bool", default=False),
+            "tensor_init_bytes": Arg("int", default=1048576, minimum=0),
+            "use_o_direct": Arg("bool", default=False),
+            "prefetch_queue_depth": Arg("int", default=1, minimum=1),
+            **ON_ERROR_ARGS,
+            **SEED_ARGS,
+        },
+        outputs_by=tfrecord_outputs,
+        doc=("`tf.train.Example` records of TFRecord files, one index file each "
+             "(`offset size` per record, as DALI's `tfrecord2idx`; `conveyor tfrecord-index` "
+             "writes missing ones). `features` maps names to "
+             "`tfrecord.FixedLenFeature(shape, dtype, default)` or "
+             "`tfrecord.VarLenFeature([partial_shape,] dtype, default)` "
+             "(`from conveyor.dali import tfrecord as tfrec`); the outputs come back as a dict "
+             "by feature name. Each record's framing checksums are checked before it is "
+             "parsed. See [readers](../guides/readers.md#tfrecord)."),
+    ),
+    "readers.coco": OpSchema(
+        0,
+        ("images", "bboxes", "labels"),
+        {
+            "file_root": Arg("str", required=True, path=True),
+            "annotations_file": Arg("str", required=True, path=True),
+            "ltrb": Arg("bool", default=False),
+            "ratio": Arg("bool", default=False),
+            "skip_empty": Arg("bool", default=False),
+            "size_threshold": Arg("float", default=0.1),
+            "include_iscrowd": Arg("bool", default=True),
+            "avoid_class_remapping": Arg("bool", default=False),
+            "polygon_masks": Arg("bool", default=False),
+            "image_ids": Arg("bool", default=False),
+            **READER_ORDER,
+            "lazy_init": Arg("bool", default=False),
+            "tensor_init_bytes": Arg("int", default=1048576, minimum=0),
+            "prefetch_queue_depth": Arg("int", default=1, minimum=1),
+            **ON_ERROR_ARGS,
+            **SEED_ARGS,
+        },
+        outputs_by=coco_outputs,
+        doc=("Images (their files' bytes, undecoded) of a COCO data set, in image id order, "
+             "with their boxes (float32, `[x, y, w, h]` or with `ltrb` `[l, t, r, b]`; "
+             "`ratio` divides by the image's size), labels (int32, the category's position "
+             "from 1, or its id with `avoid_class_remapping`), with `polygon_masks` the "
+             "polygons (`[box, first vertex, end vertex]`) and vertices, with `image_ids` "
+             "the image's id. See [readers](../guides/readers.md#coco)."),
     ),
 }

@@ -1,6 +1,6 @@
-"""The numpy, webdataset, caffe and caffe2 readers in the shared properties every reader
-meets: resume is exact at any position of every reader configuration (``tests/support/resume.py``),
-and the stream does not depend on threads or prefetch."""
+"""The numpy, webdataset, caffe, caffe2, tfrecord and coco readers in the shared properties
+every reader meets: resume is exact at any position of every reader configuration
+(``tests/support/resume.py``), and the stream does not depend on threads or prefetch."""
 
 from __future__ import annotations
 
@@ -10,23 +10,28 @@ from typing import Any
 import pytest
 
 from conveyor import fn, pipeline_def, types
+from conveyor import tfrecord as tfrec
 from conveyor_server import Pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt
 from tests.support.lmdb_data import make_caffe, make_caffe2
 from tests.support.reader_data import make_npy_folder, make_shards
+from tests.support.record_data import write_coco, write_tfrecords
 from tests.support.resume import assert_resume_exact, assert_same_stream, run_batches
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """13 arrays of varying shapes under ``npy/``; 14 JPEG samples in 3 shards under
-    ``wds/``; 13 JPEG records in 2 Caffe LMDBs under ``caffe/``, 11 in a Caffe2 one."""
+    ``wds/``; 13 JPEG records in 2 Caffe LMDBs under ``caffe/``, 11 in a Caffe2 one; 13
+    records in 2 TFRecord files under ``tf/``; 13 COCO images under ``coco/``."""
     root = tmp_path_factory.mktemp("readers")
     make_npy_folder(root / "npy", count=13)
     make_shards(root / "wds", [5, 3, 6], jpeg=True)
     make_caffe(root / "caffe" / "a", 8)
     make_caffe(root / "caffe" / "b", 5, first=8)
     make_caffe2(root / "caffe2", 11, label_type=3, additional=1)
+    write_tfrecords(root / "tf", [8, 5])
+    write_coco(root / "coco", 13)
     return root
 
 
@@ -65,8 +70,30 @@ def caffe2_pipeline(root: str, **reader: Any) -> Any:
     return fn.decoders.image(jpegs, output_type=types.RGB), labels, extra
 
 
+@pipeline_def(batch_size=4, num_threads=3, seed=21, enable_checkpointing=True)
+def tfrecord_pipeline(root: str, **reader: Any) -> Any:
+    files = [f"{root}/tf/part-{i}.tfrecord" for i in range(2)]
+    out = fn.readers.tfrecord(
+        path=files, index_path=[f"{root}/tf/part-{i}.idx" for i in range(2)], name="reader",
+        features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                  "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+                  "boxes": tfrec.VarLenFeature([2], tfrec.float32, 0.0),
+                  "text": tfrec.FixedLenFeature([], tfrec.string, "none")},
+        **reader)
+    return (*out.values(), fn.random.normal(stddev=2.0, shape=(2,)))
+
+
+@pipeline_def(batch_size=4, num_threads=3, seed=21, enable_checkpointing=True)
+def coco_pipeline(root: str, **reader: Any) -> Any:
+    images, boxes, labels, polygons, vertices, ids = fn.readers.coco(
+        file_root=f"{root}/coco/images", annotations_file=f"{root}/coco/annotations.json",
+        polygon_masks=True, image_ids=True, ltrb=True, name="reader", **reader)
+    return images, boxes, labels, polygons, vertices, ids, fn.random.uniform(range=(0.0, 1.0))
+
+
 PIPELINES = {"numpy": numpy_pipeline, "webdataset": webdataset_pipeline,
-             "caffe": caffe_pipeline, "caffe2": caffe2_pipeline}
+             "caffe": caffe_pipeline, "caffe2": caffe2_pipeline,
+             "tfrecord": tfrecord_pipeline, "coco": coco_pipeline}
 #: Readers without ``shuffle_after_epoch`` (DALI's LMDB readers have none).
 NO_SHUFFLE_AFTER_EPOCH = {"caffe", "caffe2"}
 CASES = [

@@ -11,6 +11,7 @@ import pytest
 
 from conveyor.errors import CorruptCheckpoint, SpecError
 from conveyor.schema import decode_args, encode_arg
+from conveyor.tfrecord import FixedLenFeature, encode_features, int64
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import catalog
 from conveyor_server.engine.admission.limits import NO_LIMITS
@@ -24,6 +25,7 @@ from conveyor_server.engine.stages.random_ops import RandomStage
 from tests.support import external_sources
 from tests.support.lmdb_data import make_caffe, make_caffe2
 from tests.support.reader_data import make_npy_folder, make_shards
+from tests.support.record_data import write_coco, write_tfrecords
 
 B = 4
 #: Real files for the readers built from them (filled by the module's fixture).
@@ -38,6 +40,8 @@ def reader_data(tmp_path_factory: pytest.TempPathFactory) -> None:
     make_caffe(root / "caffe" / "a", 9)
     make_caffe(root / "caffe" / "b", 8, first=9)
     make_caffe2(root / "caffe2", 15)
+    write_tfrecords(root / "tf", [9, 8])
+    write_coco(root / "coco", 15)
     READER_DATA["root"] = root
 
 
@@ -51,7 +55,8 @@ def reader(**kw: object) -> Callable[[], SourceStage]:
 
 def built(op_type: str, **kw: object) -> Callable[[], SourceStage]:
     """The stage the plan builds for a reader over real files: 15 arrays, 17 samples, 17
-    Caffe records in two databases, 15 Caffe2 records."""
+    Caffe records in two databases, 15 Caffe2 records, 17 TFRecord records in two files,
+    15 COCO images."""
     def make() -> SourceStage:
         root = READER_DATA["root"]
         by_op: dict[str, dict[str, object]] = {
@@ -59,7 +64,13 @@ def built(op_type: str, **kw: object) -> Callable[[], SourceStage]:
             "readers.webdataset": {"paths": [str(p) for p in sorted((root / "wds").glob("*.tar"))],
                                    "ext": ["jpg"]},
             "readers.caffe": {"path": [str(root / "caffe" / "a"), str(root / "caffe" / "b")]},
-            "readers.caffe2": {"path": str(root / "caffe2")}}
+            "readers.caffe2": {"path": str(root / "caffe2")},
+            "readers.tfrecord": {
+                "path": [str(root / "tf" / f"part-{i}.tfrecord") for i in range(2)],
+                "index_path": [str(root / "tf" / f"part-{i}.idx") for i in range(2)],
+                "features": encode_features({"label": FixedLenFeature([], int64, 0)})},
+            "readers.coco": {"file_root": str(root / "coco" / "images"),
+                             "annotations_file": str(root / "coco" / "annotations.json")}}
         data = by_op[op_type]
         op = pipeline_pb2.OpSpec(type=op_type)
         for name, value in {**data, **kw}.items():
@@ -120,6 +131,13 @@ STAGES = {
                                          stick_to_shard=True, pad_last_batch=True),
     "caffe2_shards2_id1_pad_shuffle": built("readers.caffe2", num_shards=2, shard_id=1,
                                             pad_last_batch=True, random_shuffle=True),
+    "tfrecord_plain": built("readers.tfrecord"),
+    "tfrecord_shards3_id1_shuffle_pad": built("readers.tfrecord", num_shards=3, shard_id=1,
+                                              random_shuffle=True, pad_last_batch=True),
+    "coco_shards2_id1_sae": built("readers.coco", num_shards=2, shard_id=1,
+                                  shuffle_after_epoch=True),
+    "coco_shards4_stick_shuffle": built("readers.coco", num_shards=4, shard_id=2,
+                                        stick_to_shard=True, random_shuffle=True),
     "uniform": rand("random.uniform"),
     "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
     "normal": rand("random.normal"),

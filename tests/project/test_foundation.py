@@ -32,7 +32,8 @@ def test_generated_code_matches_protos(tmp_path: Path) -> None:
     assert kept == names, "generated files differ from the checked-in set: run `make proto`"
     _, mismatch, errors = filecmp.cmpfiles(checked_in, fresh, names, shallow=False)
     assert not mismatch and not errors, f"stale generated code {mismatch}: run `make proto`"
-    formats = ["caffe_pb2.py", "caffe_pb2.pyi", "caffe2_pb2.py", "caffe2_pb2.pyi"]
+    formats = ["caffe_pb2.py", "caffe_pb2.pyi", "caffe2_pb2.py", "caffe2_pb2.pyi",
+               "example_pb2.py", "example_pb2.pyi"]
     _, mismatch, errors = filecmp.cmpfiles(gen_proto.FORMATS_DIR, tmp_path / "formats",
                                            formats, shallow=False)
     assert not mismatch and not errors, f"stale generated formats {mismatch}: run `make proto`"

@@ -2,14 +2,15 @@
 
 ``from conveyor.dali import fn, types, pipeline_def`` (and ``import conveyor.dali.fn as fn``,
 ``import conveyor.dali.types as types``, ``from conveyor.dali.pipeline import pipeline_def,
-Pipeline``) give Conveyor's operators, constants and decorator under DALI's module names.
-They are ``conveyor.fn``, ``conveyor.types`` and ``conveyor.pipeline_def``: where Conveyor
+Pipeline``, ``from conveyor.dali import tfrecord as tfrec``) give Conveyor's operators,
+constants and decorator under DALI's module names. They are ``conveyor.fn``,
+``conveyor.types``, ``conveyor.tfrecord`` and ``conveyor.pipeline_def``: where Conveyor
 differs from DALI is in docs/porting-from-dali.md. Imports no gRPC.
 """
 
 from __future__ import annotations
 
-from conveyor.dali import fn, pipeline, types
+from conveyor.dali import fn, pipeline, tfrecord, types
 from conveyor.dali.pipeline import Pipeline, pipeline_def
 
-__all__ = ["Pipeline", "fn", "pipeline", "pipeline_def", "types"]
+__all__ = ["Pipeline", "fn", "pipeline", "pipeline_def", "tfrecord", "types"]

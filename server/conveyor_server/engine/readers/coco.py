@@ -1,0 +1,356 @@
+"""``fn.readers.coco``: images and their object annotations from a COCO data set, as
+DALI's reader.
+
+``annotations_file`` is a COCO JSON document; ``file_root`` the folder its images'
+``file_name``s are relative to. As DALI: the samples are the document's images in the
+order of their ``id`` (stable for equal ids); each image's annotations are those whose
+``image_id`` is its id, in the document's order, less those with ``iscrowd`` set (unless
+``include_iscrowd``) and those whose box is narrower or lower than ``size_threshold``
+pixels; ``skip_empty`` leaves out the images left with none. Labels are the categories'
+positions in the document's ``categories`` list, from 1 (``avoid_class_remapping``: their
+ids as written). Boxes are ``[x, y, w, h]`` (``ltrb``: ``[l, t, r, b]``) in float32 pixels, or
+with ``ratio`` divided by the image's width and height; polygons (``polygon_masks``) are
+``[box index, first vertex, end vertex]`` rows into the sample's vertices, scaled as the
+boxes. The document is parsed once, when the pipeline is built: its size is bounded by
+``limits.max_file_bytes`` before it is read, every field it uses is type-checked (a field
+of the wrong type is INVALID_ARGUMENT naming the entry), and each image's annotations by
+``limits.max_batch_bytes`` as outputs.
+
+The annotations are kept in flat numpy arrays (boxes, labels, vertices, polygon rows) with
+each image's offsets, so reading a sample is reading its image file (bounded by
+``limits.max_file_bytes``) and slicing; the identity digests the document (its path, size
+and stamp, and the digest of what was derived from it) and every image file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
+from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.ops.probes.probe_set import source_probe
+from conveyor_server.engine.readers.build import (
+    Reader,
+    ReaderRequest,
+    reader_orders,
+    reader_stage,
+    register_reader,
+)
+from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
+from conveyor_server.engine.readers.identity import ReaderIdentity
+
+OP = "readers.coco"
+
+
+class DocumentError(ValueError):
+    """What is wrong with the annotations document (the reader names the file)."""
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DocumentError(f"{what} must be an integer, got {value!r:.60}")
+    if not -(1 << 31) <= value < (1 << 31):
+        raise DocumentError(f"{what} = {value} does not fit in int32")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DocumentError(f"{what} must be a number, got {value!r:.60}")
+    return float(value)
+
+
+def _list(value: Any, what: str) -> list:
+    if not isinstance(value, list):
+        raise DocumentError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class CocoOptions:
+    ltrb: bool
+    ratio: bool
+    skip_empty: bool
+    size_threshold: float
+    include_iscrowd: bool
+    remap: bool
+    polygons: bool
+    image_ids: bool
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> CocoOptions:
+        return cls(bool(args["ltrb"]), bool(args["ratio"]), bool(args["skip_empty"]),
+                   float(args["size_threshold"]), bool(args["include_iscrowd"]),
+                   not args["avoid_class_remapping"], bool(args["polygon_masks"]),
+                   bool(args["image_ids"]))
+
+
+class CocoIndex:
+    """The samples a document gives: each image's file name, id, and where its boxes,
+    labels, polygons and vertices lie in the flat arrays."""
+
+    def __init__(self, document: Any, options: CocoOptions, limits: EngineLimits) -> None:
+        if not isinstance(document, dict):
+            raise DocumentError("is not a JSON object")
+        images = _list(document.get("images", []), "'images'")
+        categories = _list(document.get("categories", []), "'categories'")
+        annotations = _list(document.get("annotations", []), "'annotations'")
+        labels_of: dict[int, int] = {}
+        for i, category in enumerate(categories):
+            if not isinstance(category, dict) or "id" not in category:
+                raise DocumentError(f"categories[{i}] has no 'id'")
+            labels_of.setdefault(_int(category["id"], f"categories[{i}].id"), i + 1)
+        infos = []
+        for i, image in enumerate(images):
+            if not isinstance(image, dict):
+                raise DocumentError(f"images[{i}] is not an object")
+            for key in ("id", "file_name", "width", "height"):
+                if key not in image:
+                    raise DocumentError(f"images[{i}] has no {key!r}")
+            name = image["file_name"]
+            if not isinstance(name, str) or not name:
+                raise DocumentError(f"images[{i}].file_name must be a non-empty string")
+            width, height = (_int(image[k], f"images[{i}].{k}") for k in ("width", "height"))
+            if options.ratio and (width <= 0 or height <= 0):
+                raise DocumentError(f"images[{i}] is {width}x{height}: ratio needs a positive "
+                                    "width and height")
+            infos.append((_int(image["id"], f"images[{i}].id"), name, width, height))
+        infos.sort(key=lambda info: info[0])
+        by_id: dict[int, list[int]] = {info[0]: [] for info in infos}
+        kept: list[tuple[np.ndarray, int, list[list[float]]]] = []
+        for a, ann in enumerate(annotations):
+            what = f"annotations[{a}]"
+            if not isinstance(ann, dict):
+                raise DocumentError(f"{what} is not an object")
+            for key in ("image_id", "category_id", "bbox"):
+                if key not in ann:
+                    raise DocumentError(f"{what} has no {key!r}")
+            image_id = _int(ann["image_id"], f"{what}.image_id")
+            category = _int(ann["category_id"], f"{what}.category_id")
+            given = _list(ann["bbox"], f"{what}.bbox")
+            if len(given) != 4:
+                raise DocumentError(f"{what}.bbox must hold 4 numbers, got {len(given)}")
+            xywh = np.array([_number(v, f"{what}.bbox") for v in given], dtype=np.float32)
+            if not options.include_iscrowd and _int(ann.get("iscrowd", 0),
+                                                    f"{what}.iscrowd") != 0:
+                continue
+            if not (xywh[2] >= options.size_threshold and xywh[3] >= options.size_threshold):
+                continue
+            if image_id not in by_id:
+                continue
+            if options.remap:
+                if category not in labels_of:
+                    raise DocumentError(f"{what}.category_id {category} is not among the "
+                                        "categories (set avoid_class_remapping to keep ids as "
+                                        "written)")
+                label = labels_of[category]
+            else:
+                label = category
+            polygons: list[list[float]] = []
+            segmentation = ann.get("segmentation")
+            if options.polygons and isinstance(segmentation, list):
+                for p, polygon in enumerate(segmentation):
+                    coords = [_number(v, f"{what}.segmentation[{p}]")
+                              for v in _list(polygon, f"{what}.segmentation[{p}]")]
+                    if len(coords) % 2:
+                        raise DocumentError(f"{what}.segmentation[{p}] holds an odd number of "
+                                            "coordinates")
+                    polygons.append(coords)
+            by_id[image_id].append(len(kept))
+            kept.append((xywh, label, polygons))
+        names, ids, sizes = [], [], []
+        box_rows, label_rows, poly_rows, vertex_rows = [], [], [], []
+        box_ends, poly_ends, vertex_ends = [0], [0], [0]
+        for image_id, name, width, height in infos:
+            own = by_id[image_id]
+            if options.skip_empty and not own:
+                continue
+            scale = np.array([width, height, width, height], dtype=np.float32)
+            vertices_here = 0
+            polys_here = 0
+            for k, n in enumerate(own):
+                xywh, label, polygons = kept[n]
+                box = xywh.copy()
+                if options.ltrb:
+                    box[2] += box[0]
+                    box[3] += box[1]
+                if options.ratio:
+                    box = box / scale
+                box_rows.append(box)
+                label_rows.append(label)
+                for coords in polygons:
+                    v = np.array(coords, dtype=np.float32).reshape(-1, 2)
+                    if options.ratio:
+                        v = v / scale[:2]
+                    poly_rows.append((k, vertices_here, vertices_here + len(v)))
+                    vertex_rows.append(v)
+                    vertices_here += len(v)
+                    polys_here += 1
+            limits.check_output((len(own), 4), "float32", f"the boxes of image {name!r}")
+            limits.check_output((vertices_here, 2), "float32",
+                                f"the polygon vertices of image {name!r}")
+            names.append(name)
+            ids.append(image_id)
+            sizes.append((width, height))
+            box_ends.append(box_ends[-1] + len(own))
+            poly_ends.append(poly_ends[-1] + polys_here)
+            vertex_ends.append(vertex_ends[-1] + vertices_here)
+        self.names = names
+        self.ids = np.array(ids, dtype=np.int32)
+        self.boxes = (np.stack(box_rows).astype(np.float32) if box_rows
+                      else np.zeros((0, 4), np.float32))
+        self.labels = np.array(label_rows, dtype=np.int32)
+        self.polygons = (np.array(poly_rows, dtype=np.int32).reshape(-1, 3))
+        self.vertices = (np.concatenate(vertex_rows).astype(np.float32) if vertex_rows
+                         else np.zeros((0, 2), np.float32))
+        self.box_ends = np.array(box_ends, dtype=np.int64)
+        self.poly_ends = np.array(poly_ends, dtype=np.int64)
+        self.vertex_ends = np.array(vertex_ends, dtype=np.int64)
+        self.options = options
+
+    def digest(self) -> str:
+        """What was derived from the document: the samples and their annotations."""
+        h = hashlib.sha256()
+        h.update("\0".join(self.names).encode("utf-8", "surrogateescape"))
+        for array in (self.ids, self.boxes, self.labels, self.polygons, self.vertices,
+                      self.box_ends, self.poly_ends, self.vertex_ends):
+            h.update(np.ascontiguousarray(array).tobytes())
+        return h.hexdigest()
+
+    def annotations(self, index: int) -> list[np.ndarray]:
+        b0, b1 = int(self.box_ends[index]), int(self.box_ends[index + 1])
+        out = [self.boxes[b0:b1].copy(), self.labels[b0:b1].copy()]
+        if self.options.polygons:
+            p0, p1 = int(self.poly_ends[index]), int(self.poly_ends[index + 1])
+            v0, v1 = int(self.vertex_ends[index]), int(self.vertex_ends[index + 1])
+            out += [self.polygons[p0:p1].copy(), self.vertices[v0:v1].copy()]
+        if self.options.image_ids:
+            out.append(self.ids[index:index + 1].copy())
+        return out
+
+
+def _load_document(paths: ReaderPaths, located: Located, limits: EngineLimits) -> Any:
+    name = paths.name_of(located)
+    limit = limits.max_file_bytes
+    if limit is not None and located.size > limit:
+        raise ResourceExhausted(f"{OP}: annotations file {name!r} is {located.size:,} bytes, "
+                                f"above the server's limit limits.max_file_bytes = {limit:,}; "
+                                "it was not read")
+    fd = paths.open(located, "annotations file")
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(located.size + 1)
+    except OSError as exc:
+        raise DataFileError(f"{OP}: cannot read annotations file {name!r}: "
+                            f"{exc.strerror or exc}") from None
+    if len(data) != located.size:
+        raise DataFileError(f"{OP}: annotations file {name!r} changed while it was read")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"{OP}: annotations file {name!r} is not JSON ({exc})") from None
+
+
+class CocoSource:
+    """Reads one image's bytes and slices its annotations."""
+
+    def __init__(self, index: CocoIndex, images: list[Located], paths: ReaderPaths,
+                 limits: EngineLimits) -> None:
+        self._index = index
+        self._images = images
+        self._paths = paths
+        self._limits = limits
+
+    def where(self, index: int) -> str:
+        return self._paths.name_of(self._images[index])
+
+    def read(self, index: int) -> list[np.ndarray]:
+        located = self._images[index]
+        limit = self._limits.max_file_bytes
+        if limit is not None and located.size > limit:
+            raise ResourceExhausted(f"{OP}: image {self.where(index)!r} is {located.size:,} "
+                                    f"bytes, above the server's limit limits.max_file_bytes "
+                                    f"= {limit:,}; it was not read")
+        fd = self._paths.open(located, "image")
+        try:
+            size = os.fstat(fd).st_size
+            if size > located.size:
+                raise DataFileError(f"{OP}: image {self.where(index)!r} has {size:,} bytes, "
+                                    f"{located.size:,} when the pipeline listed it")
+            data = os.pread(fd, located.size, 0)
+        except OSError as exc:
+            raise DataFileError(f"{OP}: cannot read image {self.where(index)!r}: "
+                                f"{exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        if len(data) != located.size:
+            raise DataFileError(f"{OP}: image {self.where(index)!r} is shorter than when the "
+                                "pipeline listed it")
+        return [np.frombuffer(data, dtype=np.uint8).copy(), *self._index.annotations(index)]
+
+
+@register_reader(OP)
+def build_coco_reader(request: ReaderRequest) -> Reader:
+    args = request.args
+    paths = ReaderPaths(OP, request.roots)
+    for argument in ("file_root", "annotations_file"):
+        if not args[argument]:
+            raise SpecError(OP, argument, "is required")
+    document_file = paths.locate(args["annotations_file"], "annotations file")
+    document = _load_document(paths, document_file, request.limits)
+    try:
+        index = CocoIndex(document, CocoOptions.from_args(args), request.limits)
+    except DocumentError as exc:
+        raise InvalidArgument(f"{OP}: annotations file {paths.name_of(document_file)!r}: "
+                              f"{exc}") from None
+    del document
+    if not index.names:
+        raise InvalidArgument(f"{OP}: annotations file {paths.name_of(document_file)!r} "
+                              "lists no image to read (skip_empty leaves out images without "
+                              "annotations)")
+    root = args["file_root"]
+    images = [paths.locate(os.path.join(root, name), "image") for name in index.names]
+    identity = ReaderIdentity(paths, [document_file, *images], args["verify"],
+                              derived=[index.digest()] + [""] * len(images), kind="file",
+                              derived_name="annotations")
+    return Reader(reader_stage(request, len(images), "images"),
+                  CocoSource(index, images, paths, request.limits), identity, identity.count)
+
+
+# -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
+
+
+@source_probe(OP)
+def _coco() -> list[np.ndarray]:
+    out = reader_orders(OP)
+    document = {
+        "images": [{"id": 9, "file_name": "b.jpg", "width": 40, "height": 30},
+                   {"id": 2, "file_name": "a.jpg", "width": 64, "height": 48},
+                   {"id": 5, "file_name": "c.jpg", "width": 10, "height": 10}],
+        "categories": [{"id": 90}, {"id": 3}],
+        "annotations": [
+            {"image_id": 2, "category_id": 3, "bbox": [1.5, 2.0, 10.0, 4.0],
+             "segmentation": [[1.5, 2.0, 11.5, 2.0, 11.5, 6.0]], "iscrowd": 0},
+            {"image_id": 9, "category_id": 90, "bbox": [0.0, 0.0, 0.05, 3.0], "iscrowd": 0},
+            {"image_id": 2, "category_id": 90, "bbox": [3.0, 1.0, 2.0, 2.0], "iscrowd": 1,
+             "segmentation": {"counts": "abc", "size": [48, 64]}},
+            {"image_id": 9, "category_id": 3, "bbox": [5.0, 6.0, 7.0, 8.0],
+             "segmentation": [[5.0, 6.0, 12.0, 6.0, 12.0, 14.0, 5.0, 14.0], [1.0, 1.0, 2.0,
+                                                                           2.0, 1.0, 2.0]]}]}
+    for flags in ({}, {"ltrb": True, "ratio": True, "polygon_masks": True, "image_ids": True},
+                  {"skip_empty": True, "include_iscrowd": False, "size_threshold": 0.01},
+                  {"avoid_class_remapping": True, "polygon_masks": True}):
+        args = {"ltrb": False, "ratio": False, "skip_empty": False, "size_threshold": 0.1,
+                "include_iscrowd": True, "avoid_class_remapping": False,
+                "polygon_masks": False, "image_ids": False, **flags}
+        index = CocoIndex(document, CocoOptions.from_args(args), NO_LIMITS)
+        for i in range(len(index.names)):
+            out += index.annotations(i)
+    return out
