@@ -63,7 +63,8 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
     if size > bounds.max_spec_bytes:
         raise bounds.over("spec", f"encoded in {size:,} bytes", "max_spec_bytes")
     for field, attr in (("batch_size", "max_batch_size"), ("num_threads", "max_threads"),
-                        ("prefetch_queue_depth", "max_prefetch_depth")):
+                        ("prefetch_queue_depth", "max_prefetch_depth"),
+                        ("py_num_workers", "max_threads")):
         value = getattr(spec, field)
         if value > getattr(bounds, attr):
             raise bounds.over(field, f"{value:,}", attr)
