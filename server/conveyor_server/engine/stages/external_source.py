@@ -22,6 +22,11 @@ epoch reaches it; where it does not, a binary search over the iterations finds t
 epoch's end (O(log n) calls, per epoch ended on the way). Values are computed on the
 submitting thread, in batch order; an error becomes the batch's error (DATA_LOSS naming
 the source) when that batch is consumed, never earlier.
+
+``parallel=True``: the calls are made in the pipeline's worker processes
+(``parallel_calls.py``, ``source_pool.py``) and their results checked there by the same
+rule (``source_results.py``); the stage reads the replies in sample order, so its batches,
+epoch ends, errors and states are the serial stage's.
 """
 
 from __future__ import annotations
