@@ -87,6 +87,11 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
                             arg is not None and arg.unbounded, bounds)
             if arg is not None and arg.path:
                 _check_paths(f"{where}.args.{name}", argument)
+        depth = op.args.get("prefetch_queue_depth")  # a parallel source's batches ahead
+        if depth is not None and depth.WhichOneof("value") == "i" and \
+                depth.i > bounds.max_prefetch_depth:
+            raise bounds.over(f"{where}.args.prefetch_queue_depth", f"{depth.i:,}",
+                              "max_prefetch_depth")
 
 
 def _check_name(field: str, value: str, bounds: SpecBounds) -> None:
