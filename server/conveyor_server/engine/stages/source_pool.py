@@ -37,6 +37,8 @@ from conveyor_server.engine.stages import source_worker
 
 #: Seconds a closing pool gives its processes to end after SIGTERM, before SIGKILL.
 CLOSE_GRACE_S = 5.0
+#: Seconds a new process has to import its sources and say it is ready.
+START_TIMEOUT_S = 120.0
 #: How many of a task's workers may die before the task fails.
 DEATHS_PER_TASK = 2
 
@@ -186,7 +188,12 @@ class SourcePool:
         problems = []
         for slot, process, conn in started:
             try:
+                if not conn.poll(START_TIMEOUT_S):
+                    process.kill()
+                    raise TimeoutError
                 hello = json.loads(conn.recv_bytes())
+            except TimeoutError:  # an OSError: first
+                hello = {"error": f"the process was not ready within {START_TIMEOUT_S:.0f} s"}
             except (EOFError, OSError):
                 process.join()
                 hello = {"error": f"the process ended before it was ready ({_ended(process)})"}

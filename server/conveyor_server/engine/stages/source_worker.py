@@ -35,6 +35,7 @@ def main(conn: Connection, config: bytes) -> None:
     """The worker's body: ``config`` is JSON ``{"sources": [{"name", "batch",
     "batch_info", "shape"}, ...]}``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pipeline's process decides
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a forked parent's handler: end
     try:
         held = json.loads(config)
         sources = [(import_source(s["name"], f"parallel external source {s['name']!r}"),
