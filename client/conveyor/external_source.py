@@ -97,3 +97,34 @@ def import_source(name: str, where: str = "external_source: argument 'source'") 
     if not callable(target):
         raise InvalidArgument(f"{where}: {name!r} is not callable")
     return target
+
+
+def check_parallel(source: Source) -> str:
+    """The name of ``source`` for ``parallel=True``, where each worker process imports it by
+    that name; InvalidArgument saying why and what to do where that import would not give
+    ``source`` itself (a lambda, a closure, a bound method, a callable object)."""
+    where = "external_source: argument 'source' (parallel=True)"
+    module = getattr(source, "__module__", None)
+    qualname = getattr(source, "__qualname__", None)
+    described = f"{source!r}"
+    if not module or not qualname:
+        raise InvalidArgument(f"{where}: {described} has no module and name, so worker "
+                              "processes cannot import it: give a function defined at the top "
+                              "level of a module (DALI requires picklable callables too)")
+    name = f"{module}:{qualname}"
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        kind = "a lambda" if "<lambda>" in qualname else "defined inside a function"
+        raise InvalidArgument(f"{where}: {name!r} is {kind}, so worker processes cannot "
+                              "import it by name: define it with def at the top level of a "
+                              "module, or use parallel=False")
+    try:
+        found = import_source(name, where)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc}: worker processes import the source by name; give a "
+                              "function defined at the top level of a module") from None
+    if found is not source:
+        raise InvalidArgument(f"{where}: importing {name!r} gives {found!r}, not {described} "
+                              "(a bound method or a callable object is not what its name "
+                              "imports): worker processes import the source by name, so give "
+                              "a function defined at the top level of a module")
+    return name

@@ -80,7 +80,9 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     taking ``SampleInfo`` (``batch=False``) or ``BatchInfo`` / the iteration (``batch=True``),
     or its ``"module:function"`` name. A spec carries the name only: a server calls the
     callables its configuration lists; an in-process ``Pipeline`` calls the callable given
-    here. With ``num_outputs`` the callable returns a tuple and so does this."""
+    here. With ``num_outputs`` the callable returns a tuple and so does this. With
+    ``parallel=True`` worker processes import it by name: a lambda, a closure or a bound
+    method is refused here."""
     if source is None:
         raise SpecError("external_source", "source", "is required: a callable taking "
                         "SampleInfo or BatchInfo, or its 'module:function' name")
@@ -90,6 +92,8 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     if isinstance(kwargs.get("ndim"), int) and not isinstance(kwargs["ndim"], bool):
         kwargs["ndim"] = [kwargs["ndim"]]  # one for every output, as dtype and layout
     if callable(source):  # in process it may be any callable (a lambda, a closure)
+        if kwargs.get("parallel"):  # ... but worker processes import it by name
+            sources.check_parallel(source)
         name = sources.remember(source)
     else:
         name = source

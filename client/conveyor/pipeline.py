@@ -32,9 +32,8 @@ class RunOptions:
 
     ``exec_async``, ``exec_pipelined``: accepted, no effect. The engine always computes
     ``prefetch_queue_depth`` batches ahead on its worker threads; the batches are the same
-    either way. ``py_start_method``, ``py_num_workers``: accepted, no effect. DALI runs
-    parallel external sources in that many worker processes; here an external source's
-    callable runs on the engine's ``num_threads`` worker threads. ``set_affinity``:
+    either way. (``py_num_workers`` and ``py_start_method`` are part of the spec: the
+    worker processes of parallel external sources.) ``set_affinity``:
     accepted, no effect (worker threads are not pinned to cores). ``output_dtype``,
     ``output_ndim``: checked, as DALI's: one value for every output or one per output
     (``None`` skips an output); a batch whose output has another dtype or number of
@@ -43,8 +42,6 @@ class RunOptions:
 
     exec_async: bool = True
     exec_pipelined: bool = True
-    py_start_method: str = "fork"
-    py_num_workers: int = 1
     set_affinity: bool = False
     output_dtype: Any = None
     output_ndim: Any = None

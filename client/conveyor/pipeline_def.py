@@ -27,14 +27,17 @@ SPEC_ARGS: dict[str, Any] = {
     "enable_checkpointing": False,
     "prefetch_queue_depth": 2,
     "device_id": None,
+    "py_num_workers": 1,
+    "py_start_method": "fork",
 }
+#: DALI's values of ``py_start_method`` (a server starts its workers with "spawn" whatever
+#: is asked: a process serving gRPC must not fork).
+START_METHODS = ("fork", "spawn")
 #: DALI's pipeline arguments that are not part of the spec: what each does here is
 #: ``conveyor.pipeline.RunOptions``'s docstring (checked, or accepted with no effect).
 RUN_ARGS: dict[str, Any] = {
     "exec_async": True,
     "exec_pipelined": True,
-    "py_start_method": "fork",
-    "py_num_workers": 1,
     "set_affinity": False,
     "output_dtype": None,
     "output_ndim": None,
@@ -60,11 +63,15 @@ def build_spec(
         seed = secrets.randbits(63)  # drawn once, then stored in the spec
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidArgument(f"pipeline_def: argument 'seed': got {seed!r}, expected an int >= 0")
-    for name in ("num_threads", "prefetch_queue_depth"):
+    for name in ("num_threads", "prefetch_queue_depth", "py_num_workers"):
         value = merged[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(f"pipeline_def: argument '{name}': got {value!r}, "
                                   "expected an int >= 1")
+    if merged["py_start_method"] not in START_METHODS:
+        raise InvalidArgument(f"pipeline_def: argument 'py_start_method': got "
+                              f"{merged['py_start_method']!r}, expected one of "
+                              f"{', '.join(repr(m) for m in START_METHODS)}")
     device_id = merged["device_id"]
     with building() as builder:
         result = graph_fn(*args, **kwargs)
@@ -79,6 +86,10 @@ def build_spec(
         prefetch_queue_depth=merged["prefetch_queue_depth"],
         device_id=-1 if device_id is None else int(device_id),
         definition=getattr(graph_fn, "__name__", ""),
+        # DALI's defaults are left unset (0 and "" read as 1 and "fork"): the spec of a
+        # pipeline without parallel sources is what it was before they existed.
+        py_num_workers=0 if merged["py_num_workers"] == 1 else merged["py_num_workers"],
+        py_start_method="" if merged["py_start_method"] == "fork" else merged["py_start_method"],
     )
     spec.ops.extend(builder.ops)
     for i, out in enumerate(outputs):

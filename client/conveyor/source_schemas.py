@@ -4,8 +4,10 @@
 ``external_source``: ``source`` names a ``"module:function"`` callable (a server calls only
 those its configuration lists); ``num_outputs`` 0 means one output returned as is (DALI's
 ``None``), n > 0 means the callable returns a tuple of n. ``dtype``, ``ndim`` and
-``layout`` are given once or once per output. ``parallel``, ``no_copy`` and
-``prefetch_queue_depth`` tune DALI's own feeding and change nothing here.
+``layout`` are given once or once per output. ``parallel`` calls the source in the
+pipeline's worker processes (``py_num_workers``), ``prefetch_queue_depth`` batches ahead;
+neither changes a byte, so a checkpoint restores with other values of them (the spec
+records them; the fingerprint leaves them out). ``no_copy`` changes nothing here.
 
 ``decoders.image_slice``: inputs ``data`` (encoded image), ``anchor`` and ``shape`` (one
 number per axis of ``axis_names``, else ``axes``).

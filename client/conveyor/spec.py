@@ -14,11 +14,13 @@ SPEC_VERSION = 1
 
 #: Fields that do not affect the output stream, left out of the fingerprint.
 NON_STREAM_FIELDS = ("num_threads", "prefetch_queue_depth", "definition", "device_id",
-                     "seed_drawn")
+                     "seed_drawn", "py_num_workers", "py_start_method")
 #: Operator arguments left out of the fingerprint, so that a restore may change them: what
 #: happens to a sample that fails (a pipeline stopped by a corrupt file resumes with
-#: ``on_error="skip"``; the batches before it are the same under any policy).
-RESTORE_MAY_CHANGE_ARGS = ("on_error",)
+#: ``on_error="skip"``; the batches before it are the same under any policy), and how an
+#: external source is fed (``parallel``: in worker processes or not; its
+#: ``prefetch_queue_depth``), which changes no byte.
+RESTORE_MAY_CHANGE_ARGS = ("on_error", "parallel", "prefetch_queue_depth")
 
 
 class HasSpec(Protocol):

@@ -64,6 +64,13 @@ def _big_crops(spec: Spec) -> None:
     _set(spec.ops[4], "crop", "crop_mirror_normalize", [300, 300])
 
 
+def _far_ahead_source(spec: Spec) -> None:
+    op = spec.ops.add(type="external_source", num_outputs=1)
+    _set(op, "source", "external_source", "m:f")
+    _set(op, "parallel", "external_source", True)
+    _set(op, "prefetch_queue_depth", "external_source", 10**6)
+
+
 #: (mutation, field named, limit named).
 OVER_LIMITS: list[tuple[str, Callable[[Spec], None], str, str]] = [
     ("prefetch 10^9", lambda s: setattr(s, "prefetch_queue_depth", 10**9),
@@ -72,6 +79,10 @@ OVER_LIMITS: list[tuple[str, Callable[[Spec], None], str, str]] = [
      "limits.max_batch_size"),
     ("threads 10^6", lambda s: setattr(s, "num_threads", 10**6), "num_threads",
      "limits.max_threads"),
+    ("py_num_workers 10^6", lambda s: setattr(s, "py_num_workers", 10**6), "py_num_workers",
+     "limits.max_threads"),
+    ("a parallel source 10^6 batches ahead", _far_ahead_source,
+     "ops[5].args.prefetch_queue_depth", "limits.max_prefetch_depth"),
     ("300 operators", _many_ops, "ops", "limits.max_ops"),
     ("a 17 MB file list", lambda s: s.ops[0].args["files"].strings.values.extend(
         ["d" * 4000] * 4300), "spec", "limits.max_spec_bytes"),

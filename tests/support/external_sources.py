@@ -7,6 +7,9 @@ epoch and position of each sample off the stream."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import numpy as np
 
 from conveyor.external_source import BatchInfo, SampleInfo
@@ -62,3 +65,21 @@ def windows(info: SampleInfo) -> tuple[np.ndarray, np.ndarray]:
     k = info.idx_in_epoch
     return (np.array([0.1 * (k % 4), 0.05 * (k % 5)], dtype=np.float32),
             np.array([0.5, 0.4 + 0.1 * (k % 3)], dtype=np.float32))
+
+
+def crashing(info: BatchInfo) -> list[np.ndarray]:
+    """Gives two batches, then ends the process computing the third (a crash in native
+    code, as a parallel source's worker would meet it)."""
+    if info.iteration >= 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [np.full(3, info.iteration, dtype=np.int32) for _ in range(BATCH)]
+
+
+class Scaled:
+    """A callable object: worker processes cannot import it by a name."""
+
+    def __call__(self, info: SampleInfo) -> np.ndarray:
+        return np.array([info.idx_in_epoch], dtype=np.int64)
+
+    def method(self, info: SampleInfo) -> np.ndarray:
+        return np.array([info.idx_in_epoch], dtype=np.int64)

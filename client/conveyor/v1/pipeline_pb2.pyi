@@ -83,7 +83,7 @@ class OpSpec(_message.Message):
     def __init__(self, type: _Optional[str] = ..., name: _Optional[str] = ..., device: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., args: _Optional[_Mapping[str, Argument]] = ..., arg_inputs: _Optional[_Mapping[str, OutputRef]] = ..., num_outputs: _Optional[int] = ...) -> None: ...
 
 class PipelineSpec(_message.Message):
-    __slots__ = ("spec_version", "batch_size", "num_threads", "seed", "enable_checkpointing", "prefetch_queue_depth", "device_id", "ops", "outputs", "definition", "seed_drawn")
+    __slots__ = ("spec_version", "batch_size", "num_threads", "seed", "enable_checkpointing", "prefetch_queue_depth", "device_id", "ops", "outputs", "definition", "seed_drawn", "py_num_workers", "py_start_method")
     SPEC_VERSION_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_THREADS_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,8 @@ class PipelineSpec(_message.Message):
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_FIELD_NUMBER: _ClassVar[int]
     SEED_DRAWN_FIELD_NUMBER: _ClassVar[int]
+    PY_NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PY_START_METHOD_FIELD_NUMBER: _ClassVar[int]
     spec_version: int
     batch_size: int
     num_threads: int
@@ -106,4 +108,6 @@ class PipelineSpec(_message.Message):
     outputs: _containers.RepeatedCompositeFieldContainer[OutputRef]
     definition: str
     seed_drawn: bool
-    def __init__(self, spec_version: _Optional[int] = ..., batch_size: _Optional[int] = ..., num_threads: _Optional[int] = ..., seed: _Optional[int] = ..., enable_checkpointing: _Optional[bool] = ..., prefetch_queue_depth: _Optional[int] = ..., device_id: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., definition: _Optional[str] = ..., seed_drawn: _Optional[bool] = ...) -> None: ...
+    py_num_workers: int
+    py_start_method: str
+    def __init__(self, spec_version: _Optional[int] = ..., batch_size: _Optional[int] = ..., num_threads: _Optional[int] = ..., seed: _Optional[int] = ..., enable_checkpointing: _Optional[bool] = ..., prefetch_queue_depth: _Optional[int] = ..., device_id: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[OutputRef, _Mapping]]] = ..., definition: _Optional[str] = ..., seed_drawn: _Optional[bool] = ..., py_num_workers: _Optional[int] = ..., py_start_method: _Optional[str] = ...) -> None: ...

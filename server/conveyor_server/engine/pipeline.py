@@ -31,7 +31,7 @@ from conveyor.errors import (
     InvalidArgument,
 )
 from conveyor.tensor_list import TensorList
-from conveyor.v1 import checkpoint_pb2
+from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.data.listings import ListingArchive, first_change, keep_listings
@@ -98,9 +98,18 @@ class Pipeline:
         self._identity: checkpoint_pb2.EngineId | None = None
         self._constant_body: bytes | None = None
         self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
+        self._limits = limits
+        try:
+            self._start(spec, body, share, listings, pool)
+        except BaseException:
+            if self._plan.source_pool is not None:
+                self._plan.source_pool.close()
+            raise
+
+    def _start(self, spec: pipeline_pb2.PipelineSpec, body: Any, share: Share | None,
+               listings: ListingArchive | None, pool: Executor | None) -> None:
         self._segments = SegmentRunner(self._plan)
         single_threaded_opencv()
-        self._limits = limits
         self._batch_size = spec.batch_size
         if body is not None:
             digests = {op: r.digest for op, r in self._plan.readers.items()}
@@ -134,6 +143,8 @@ class Pipeline:
         self._pool = pool or ThreadPoolExecutor(self._threads,
                                                 thread_name_prefix="conveyor-worker")
         self._closed = False
+        if self._plan.source_pool is not None:  # before this pipeline's threads start
+            self._plan.source_pool.start()
 
     # -- counters ------------------------------------------------------------------------
 
@@ -400,6 +411,8 @@ class Pipeline:
             self._staging.drop()
         if self._own_pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._plan.source_pool is not None:
+            self._plan.source_pool.close()
 
     def __enter__(self) -> Pipeline:
         return self

@@ -38,8 +38,10 @@ from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
 from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.file_reader import FileReaderStage
+from conveyor_server.engine.stages.parallel_calls import make_pool
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
 from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
+from conveyor_server.engine.stages.source_pool import SourcePool
 
 # Every operator, reader and GPU planner registers itself as its module is imported.
 catalog.load()
@@ -108,6 +110,9 @@ class Plan:
     outputs: list[Ref]
     #: The external sources by op index (their values are computed on the submitting thread).
     sources: dict[int, ExternalSourceStage] = field(default_factory=dict)
+    #: The worker processes of the parallel external sources (``parallel=True``), if any:
+    #: started by the pipeline, closed with it.
+    source_pool: SourcePool | None = None
     #: For each segment, the values still needed once it has run (by later segments or as
     #: outputs): a sample keeps only these, so a prefetched batch holds no intermediates.
     live_after: list[frozenset[Ref]] = field(default_factory=list)
@@ -244,5 +249,8 @@ def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | Non
                            op.num_outputs, args.get("on_error", "fail")))
             for out, layout in enumerate(built.layouts):
                 plan.layouts[(index, out)] = layout
+    parallel = [stage for stage in plan.sources.values() if stage.wants_parallel]
+    if parallel:
+        plan.source_pool = make_pool(spec, parallel, sources)
     plan._find_live()
     return plan

@@ -63,7 +63,8 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
     if size > bounds.max_spec_bytes:
         raise bounds.over("spec", f"encoded in {size:,} bytes", "max_spec_bytes")
     for field, attr in (("batch_size", "max_batch_size"), ("num_threads", "max_threads"),
-                        ("prefetch_queue_depth", "max_prefetch_depth")):
+                        ("prefetch_queue_depth", "max_prefetch_depth"),
+                        ("py_num_workers", "max_threads")):
         value = getattr(spec, field)
         if value > getattr(bounds, attr):
             raise bounds.over(field, f"{value:,}", attr)
@@ -86,6 +87,11 @@ def _check_sizes(spec: pipeline_pb2.PipelineSpec, bounds: SpecBounds) -> None:
                             arg is not None and arg.unbounded, bounds)
             if arg is not None and arg.path:
                 _check_paths(f"{where}.args.{name}", argument)
+        depth = op.args.get("prefetch_queue_depth")  # a parallel source's batches ahead
+        if depth is not None and depth.WhichOneof("value") == "i" and \
+                depth.i > bounds.max_prefetch_depth:
+            raise bounds.over(f"{where}.args.prefetch_queue_depth", f"{depth.i:,}",
+                              "max_prefetch_depth")
 
 
 def _check_name(field: str, value: str, bounds: SpecBounds) -> None:

@@ -22,6 +22,11 @@ epoch reaches it; where it does not, a binary search over the iterations finds t
 epoch's end (O(log n) calls, per epoch ended on the way). Values are computed on the
 submitting thread, in batch order; an error becomes the batch's error (DATA_LOSS naming
 the source) when that batch is consumed, never earlier.
+
+``parallel=True``: the calls are made in the pipeline's worker processes
+(``parallel_calls.py``, ``source_pool.py``) and their results checked there by the same
+rule (``source_results.py``); the stage reads the replies in sample order, so its batches,
+epoch ends, errors and states are the serial stage's.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from conveyor.external_source import BatchInfo, SampleInfo, Source
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
+from conveyor_server.engine.stages.parallel_calls import ParallelCalls
+from conveyor_server.engine.stages.source_results import BadResult, SourceShape
 
 OP = "external_source"
 
@@ -83,8 +90,8 @@ class ExternalSourceStage:
         self.name = name
         self.batch_size = batch_size
         self._source = source
-        self._batch = bool(args["batch"])
-        self._batch_info = bool(args["batch_info"])
+        self._batch = self.calls_batches = bool(args["batch"])
+        self._batch_info = self.batch_info = bool(args["batch_info"])
         self._tupled = args["num_outputs"] > 0
         self.num_outputs = max(1, args["num_outputs"])
         self._dtypes = [np.dtype(d) if d else None for d in
@@ -96,9 +103,17 @@ class ExternalSourceStage:
             if layout and ndim is not None and len(layout) != ndim:
                 raise SpecError(OP, "layout", f"output {o}: layout {layout!r} has "
                                               f"{len(layout)} dimensions, ndim is {ndim}")
-        #: The number of dimensions of each output's samples, where ndim or layout say.
-        self._ndims = [ndim if ndim is not None else (len(layout) if layout else None)
-                       for ndim, layout in zip(ndims, self.layouts, strict=True)]
+        #: What the source's results must be (the number of dimensions of each output's
+        #: samples where ndim or layout say).
+        self.shape = SourceShape(
+            batch_size, self.num_outputs, self._tupled,
+            tuple(d.name if d is not None else None for d in self._dtypes),
+            tuple(ndim if ndim is not None else (len(layout) if layout else None)
+                  for ndim, layout in zip(ndims, self.layouts, strict=True)))
+        #: Whether the source runs in worker processes; ``parallel`` set by the plan.
+        self.wants_parallel = bool(args.get("parallel", False))
+        self.prefetch = int(args.get("prefetch_queue_depth", 1))
+        self.parallel: ParallelCalls | None = None
         self._lock = threading.Lock()
         #: Batches of each epoch, learned where the source stopped it.
         self._lengths: dict[int, int] = {}
@@ -116,6 +131,8 @@ class ExternalSourceStage:
     def reset(self, state: checkpoint_pb2.OpState | None) -> None:
         with self._lock:
             self._epoch, self._iteration = (0, 0) if state is None else self._position(state)
+            if self.parallel is not None:
+                self.parallel.drop()
 
     def get_state(self) -> checkpoint_pb2.OpState:
         with self._lock:
@@ -134,6 +151,8 @@ class ExternalSourceStage:
                     samples = self._produce(epoch, iteration)
                 except _EpochEnd:
                     self._ended(epoch, iteration)
+                    if self.parallel is not None:
+                        self.parallel.drop()
                     epoch, iteration = epoch + 1, 0
                     try:
                         samples = self._produce(epoch, iteration)
@@ -195,7 +214,9 @@ class ExternalSourceStage:
         """Whether the source gives the whole batch ``iteration`` of ``epoch``: one call
         (its last sample, with ``batch=False``)."""
         try:
-            if self._batch:
+            if self.parallel is not None:
+                self._outcome(self.parallel.probe(epoch, iteration), epoch, iteration)
+            elif self._batch:
                 self._call(BatchInfo(iteration, epoch) if self._batch_info else iteration,
                            epoch, iteration)
             else:
@@ -239,60 +260,42 @@ class ExternalSourceStage:
     def _produce(self, epoch: int, iteration: int) -> list[SourceSample]:
         size = self.batch_size
         where = f"{self.name} (epoch {epoch}, iteration {iteration})"
-        if self._batch:
-            info = BatchInfo(iteration, epoch) if self._batch_info else iteration
-            batch = self._call(info, epoch, iteration)
-            columns = [self._column(o, part, epoch, iteration)
-                       for o, part in enumerate(self._split(batch, epoch, iteration))]
-            return [SourceSample(tuple(c[i] for c in columns), f"{where} sample {i}")
-                    for i in range(size)]
-        out = []
-        for i in range(size):
-            sample = SampleInfo(iteration * size + i, i, iteration, epoch)
-            parts = self._split(self._call(sample, epoch, iteration), epoch, iteration)
-            out.append(SourceSample(
-                tuple(self._array(o, p, epoch, iteration) for o, p in enumerate(parts)),
-                f"{where} sample {i}"))
-        return out
-
-    def _split(self, result: Any, epoch: int, iteration: int) -> Sequence[Any]:
-        if not self._tupled:
-            return (result,)
-        if not isinstance(result, tuple | list) or len(result) != self.num_outputs:
-            raise self._bad(epoch, iteration, f"returned {type(result).__name__}, expected a "
-                                              f"tuple of num_outputs={self.num_outputs}")
-        return result
-
-    def _column(self, output: int, batch: Any, epoch: int, iteration: int) -> list[np.ndarray]:
-        if isinstance(batch, np.ndarray) and batch.ndim >= 1:
-            items: Sequence[Any] = list(batch)
-        elif isinstance(batch, list | tuple):
-            items = batch
-        else:
-            raise self._bad(epoch, iteration, f"output {output}: returned "
-                                              f"{type(batch).__name__}, expected a batch (a "
-                                              "list of arrays, or one array)")
-        if len(items) != self.batch_size:
-            raise self._bad(epoch, iteration, f"output {output}: returned {len(items)} "
-                                              f"samples, the batch size is {self.batch_size}")
-        return [self._array(output, item, epoch, iteration) for item in items]
-
-    def _array(self, output: int, value: Any, epoch: int, iteration: int) -> np.ndarray:
         try:
-            array = np.array(value, order="C", copy=True)
-        except (TypeError, ValueError) as exc:
-            raise self._bad(epoch, iteration, f"output {output}: {exc}") from None
-        if array.dtype.kind not in "biuf":
-            raise self._bad(epoch, iteration, f"output {output}: returned {array.dtype} data, "
-                                              "expected numbers")
-        want, ndim = self._dtypes[output], self._ndims[output]
-        if want is not None and array.dtype != want:
-            raise self._bad(epoch, iteration, f"output {output}: returned {array.dtype}, "
-                                              f"dtype is {want}")
-        if ndim is not None and array.ndim != ndim:
-            raise self._bad(epoch, iteration, f"output {output}: returned {array.ndim} "
-                                              f"dimensions, expected {ndim} (ndim, layout)")
-        return array
+            if self.parallel is not None:
+                replies = self.parallel.batch(epoch, iteration, self._lengths.get(epoch))
+                for reply in replies:
+                    self._outcome(reply.header, epoch, iteration)
+                arrays = [a for reply in replies for a in reply.arrays]
+                n = self.num_outputs
+                samples = [tuple(arrays[i * n:(i + 1) * n]) for i in range(size)]
+            elif self._batch:
+                info = BatchInfo(iteration, epoch) if self._batch_info else iteration
+                samples = self.shape.batch(self._call(info, epoch, iteration))
+            else:
+                samples = [self.shape.sample(self._call(
+                    SampleInfo(iteration * size + i, i, iteration, epoch), epoch, iteration))
+                    for i in range(size)]
+        except BadResult as bad:
+            raise self._bad(epoch, iteration, bad.what) from None
+        return [SourceSample(outputs, f"{where} sample {i}")
+                for i, outputs in enumerate(samples)]
+
+    def _outcome(self, header: Mapping[str, Any], epoch: int, iteration: int) -> None:
+        """Raise what a worker's reply says the call did, as the serial call would."""
+        status = header["status"]
+        if status == "stop":
+            raise _EpochEnd
+        if status == "bad":
+            raise BadResult(header["what"])
+        if status == "raised":
+            raise ExternalSourceError(
+                f"{self.label} raised {header['type']} at epoch {epoch}, iteration "
+                f"{iteration}: {header['message']}", source=self.name)
+        if status == "died":
+            raise ExternalSourceError(
+                f"{self.label} at epoch {epoch}, iteration {iteration}: {header['message']}"
+                " (parallel=True; a source that crashes its process on a position fails "
+                "there, as parallel=False would)", source=self.name)
 
     def _bad(self, epoch: int, iteration: int, what: str) -> ExternalSourceError:
         return ExternalSourceError(f"{self.label} at epoch {epoch}, iteration {iteration}: "

@@ -29,6 +29,12 @@ class ExternalSources:
         return cls({name: names.import_source(name, f"{key}[{i}]")
                     for i, name in enumerate(sources)})
 
+    def start_method(self, asked: str) -> str:
+        """How parallel sources' worker processes start: in process as asked (DALI's
+        ``py_start_method``); on a server always ``"spawn"``, since a process serving gRPC
+        must not fork once its threads run."""
+        return asked if self._registered is None else "spawn"
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._registered or ()))
