@@ -166,7 +166,7 @@ def test_dali_refuses_these_arguments_and_so_do_we(seven: Path) -> None:
     with pytest.raises(ValueError, match="auto_reset"):
         DALIGenericIterator(numbered(files), ["label"], auto_reset="sometimes")
     with pytest.raises(ValueError, match="last_batch_policy"):
-        DALIGenericIterator(numbered(files), ["label"], last_batch_policy="FILL")
+        DALIGenericIterator(numbered(files), ["label"], last_batch_policy="FILL")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="size and reader_name"):
         DALIGenericIterator(numbered(files), ["label"], size=7, reader_name="Reader")
     with pytest.raises(InvalidArgument, match="last_batch_padded and reader_name"):
