@@ -332,3 +332,14 @@ def test_tensors_share_the_batch_buffer_and_keep_its_values(seven: Path) -> None
         warnings.simplefilter("error")  # torch warns on read-only arrays: none here
         (batch,) = next(it)
     assert np.array_equal(batch["label"].numpy(), np.array([[1], [2]], dtype=np.int32))
+
+
+def test_importing_the_plugin_loads_neither_torch_nor_grpc() -> None:
+    code = ("from conveyor.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy\n"
+            "from conveyor.dali.plugin.base_iterator import LastBatchPolicy as Same\n"
+            "import sys\nassert LastBatchPolicy is Same\n"
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, timeout=120).stdout.split())
+    assert not {m for m in loaded if m.split(".")[0] in ("torch", "grpc")}
+    assert "conveyor.remote" not in loaded
