@@ -149,14 +149,32 @@ class EpochCount:
             shards.sizes = _rolled(shards.sizes)
             self.size = math.ceil(max(shards.sizes) / self.batch_size) * self.batch_size
 
+    def _state_key(self) -> tuple[Any, ...]:
+        shards = self.shards
+        if shards is None:
+            return (self.counter, self.size)
+        return (self.counter, self.size, tuple(shards.shard_ids), tuple(shards.sizes),
+                tuple(shards.read_ahead))
+
     def replay(self, batches: int) -> None:
         """Stand where an iterator stands after ``batches`` batches taken from its
         pipelines' start (those it returned and those it dropped), its epochs reset as
         they ended: an epoch that ended with the last of them has been reset."""
         taken = 0
+        #: Epoch starts seen (the whole state) -> batches taken by then: the states repeat
+        #: with a period, and whole periods are skipped at once.
+        starts: dict[tuple[Any, ...], int] | None = {}
         while True:
             if self.ended():
                 self.rollover()
+                if starts is not None:
+                    key = self._state_key()
+                    if key in starts:
+                        period = taken - starts[key]
+                        taken += (batches - taken) // period * period
+                        starts = None  # skipped: what is left is under one period
+                    else:
+                        starts[key] = taken
                 continue
             if taken == batches:
                 return
