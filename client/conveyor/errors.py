@@ -10,6 +10,7 @@ names the new holder.
     ConveyorError                                   reason
     ├── InvalidArgument        INVALID_ARGUMENT     INVALID_ARGUMENT
     │   └── SpecError            names op, argument, value       SPEC_ERROR
+    │       └── NotSupported       what DALI has and Conveyor not  NOT_SUPPORTED
     ├── NotFound               NOT_FOUND            NOT_FOUND
     ├── AlreadyExists          ALREADY_EXISTS       ALREADY_EXISTS (holder)
     ├── FailedPrecondition     FAILED_PRECONDITION  FAILED_PRECONDITION
@@ -72,6 +73,15 @@ class SpecError(InvalidArgument):
         super().__init__(f"{where}: {message}", op=op, argument=argument or "")
         self.op = op
         self.argument = argument
+
+
+class NotSupported(SpecError, AttributeError):
+    """An operator, reader, argument, pipeline argument or constant that DALI has and
+    Conveyor does not; the message says so, names what is close or what is supported, and
+    the page listing it. An ``AttributeError`` too, so ``hasattr(fn, "name")`` and DALI-style
+    feature probing see it as absent."""
+
+    reason = "NOT_SUPPORTED"
 
 
 class NotFound(ConveyorError):

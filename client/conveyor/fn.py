@@ -12,7 +12,6 @@ under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 from conveyor import expressions
@@ -21,6 +20,28 @@ from conveyor.errors import SpecError
 from conveyor.graph import make_op
 from conveyor.schema import SCHEMAS
 from conveyor.tfrecord import encode_features
+from conveyor.unsupported import unknown_operator
+
+
+class Namespace:
+    """The operators of one prefix (``fn.readers``, ``fn.random``, ``fn.math``): each an
+    attribute; any other name raises ``NotSupported`` (an ``AttributeError``: ``hasattr``
+    is False), naming the close operators."""
+
+    def __init__(self, prefix: str, ops: dict[str, Callable[..., Any]]) -> None:
+        self.__dict__.update(ops)
+        self.__dict__["_Namespace__prefix"] = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(f"fn.{self.__prefix} has no attribute {name!r}")
+        raise unknown_operator(f"{self.__prefix}.{name}", _NAMES)
+
+    def __dir__(self) -> list[str]:
+        return sorted(k for k in self.__dict__ if not k.startswith("_"))
+
+    def __repr__(self) -> str:
+        return f"<conveyor fn.{self.__prefix}: {', '.join(self.__dir__())}>"
 
 
 def _declared_ops() -> dict[str, Any]:
@@ -39,7 +60,7 @@ def _declared_ops() -> dict[str, Any]:
         else:
             top[op_type] = op
     grouped["math"].update(expressions.math_functions())
-    return {**top, **{prefix: SimpleNamespace(**ops) for prefix, ops in grouped.items()}}
+    return {**top, **{prefix: Namespace(prefix, ops) for prefix, ops in grouped.items()}}
 
 
 _OPS = _declared_ops()
@@ -62,13 +83,29 @@ _readers_tfrecord.__qualname__ = "fn.readers.tfrecord"
 _OPS["readers"].tfrecord = _readers_tfrecord
 
 
+def _full_names() -> list[str]:
+    """Every name ``fn`` holds, in full (``rotate``, ``readers.file``, ``math.sqrt``)."""
+    names = {"external_source"}
+    for key, value in _OPS.items():
+        if isinstance(value, Namespace):
+            names.update(f"{key}.{name}" for name in dir(value))
+        else:
+            names.add(key)
+    return sorted(names)
+
+
+_NAMES = _full_names()
+
+
 def __getattr__(name: str) -> Any:
-    """``fn.rotate``, ``fn.readers``: the operators the schemas declare."""
+    """``fn.rotate``, ``fn.readers``: the operators the schemas declare; any other name
+    raises ``NotSupported`` (an ``AttributeError``), naming the close operators."""
     try:
         return _OPS[name]
     except KeyError:
-        raise AttributeError(f"module 'conveyor.fn' has no operator {name!r} (known: "
-                             f"{', '.join(sorted([*_OPS, 'external_source']))})") from None
+        if name.startswith("_"):
+            raise AttributeError(f"module 'conveyor.fn' has no attribute {name!r}") from None
+        raise unknown_operator(name, _NAMES) from None
 
 
 def __dir__() -> list[str]:

@@ -54,7 +54,10 @@ class Engine(Protocol):
 
     def run(self) -> Batch: ...
     def run_staged(self) -> tuple[Batch, Callable[[], None]]: ...
-    def checkpoint(self, filename: str | None = None) -> bytes: ...
+    def checkpoint(self, filename: str | None = None, *,
+                   batches: int | None = None) -> bytes: ...
+    @property
+    def batches_returned(self) -> int: ...
     def epoch_sizes(self) -> dict[str, int]: ...
     def epoch_size(self, name: str | None = None) -> Any: ...
     def reader_metas(self) -> dict[str, Any]: ...
@@ -220,11 +223,18 @@ class Pipeline:
 
     # -- state -----------------------------------------------------------------------
 
-    def checkpoint(self, filename: str | None = None) -> bytes:
+    def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
         """The sealed checkpoint of the position after the last batch returned (scheduled
-        batches not yet taken are not in it); written to ``filename`` too, where given.
-        Needs ``enable_checkpointing=True``."""
-        return self._built().checkpoint(filename)
+        batches not yet taken are not in it), or after the first ``batches`` (at most those
+        returned: an iterator holding a batch it has not handed out checkpoints before it);
+        written to ``filename`` too, where given. Needs ``enable_checkpointing=True``."""
+        return self._built().checkpoint(filename, batches=batches)
+
+    @property
+    def batches_returned(self) -> int:
+        """Batches returned since the pipeline's start (a restored pipeline counts from its
+        checkpoint's position); builds the pipeline."""
+        return self._built().batches_returned
 
     def epoch_size(self, name: str | None = None) -> Any:
         """Samples per epoch of the reader ``name``; of every reader, by name, without one

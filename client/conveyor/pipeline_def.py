@@ -9,14 +9,16 @@ overridden per call; ``checkpoint=blob`` restores, as DALI's.
 from __future__ import annotations
 
 import functools
+import inspect
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, overload
 
 from conveyor.errors import InvalidArgument
 from conveyor.graph import DataNode, building
 from conveyor.pipeline import Pipeline, RunOptions
 from conveyor.spec import SPEC_VERSION, validate_spec
+from conveyor.unsupported import PORTING_PAGE, not_supported
 from conveyor.v1 import pipeline_pb2
 
 #: Pipeline-level arguments (as DALI's pipeline_def) that make the spec, and their defaults.
@@ -44,14 +46,39 @@ RUN_ARGS: dict[str, Any] = {
 }
 #: Every pipeline argument ``@pipeline_def`` and its functions take.
 PIPELINE_ARGS: dict[str, Any] = {**SPEC_ARGS, **RUN_ARGS}
+#: DALI's pipeline arguments that Conveyor does not take: given to a pipeline function that
+#: has no parameter of that name, each is ``NotSupported`` (not passed on to the function).
+DALI_ONLY_ARGS = ("bytes_per_sample", "default_cuda_stream_priority", "enable_memory_stats",
+                  "enable_sanity_checks", "exec_dynamic", "experimental_exec_dynamic",
+                  "max_streams", "py_callback_pickler", "stream")
+
+
+def refuse_unknown(names: Iterable[str]) -> None:
+    """``NotSupported`` for the first of ``names`` that is no pipeline argument."""
+    for name in names:
+        if name in DALI_ONLY_ARGS:
+            raise not_supported("DALI's pipeline argument", name, PIPELINE_ARGS,
+                                op="pipeline_def", page=PORTING_PAGE, spell="{!r}",
+                                suggest=False)
+        if name not in PIPELINE_ARGS:
+            raise not_supported("unknown pipeline argument", name, PIPELINE_ARGS,
+                                op="pipeline_def", page=PORTING_PAGE, spell="{!r}")
+
+
+def _takes(graph_fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``graph_fn`` has a parameter ``name`` (or takes any keyword)."""
+    try:
+        params = inspect.signature(graph_fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
 
 def build_spec(
     graph_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     pipeline_args: dict[str, Any],
 ) -> pipeline_pb2.PipelineSpec:
-    unknown = set(pipeline_args) - set(SPEC_ARGS)
-    if unknown:
-        raise InvalidArgument(f"pipeline_def: unknown pipeline argument(s) {sorted(unknown)}")
+    refuse_unknown(sorted(set(pipeline_args) - set(SPEC_ARGS)))
     merged = {**SPEC_ARGS, **pipeline_args}
     batch_size = merged["batch_size"]
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -122,10 +149,13 @@ def pipeline_def(
     ``checkpoint=blob`` to restore from (where no seed is given, the checkpoint's is taken).
     """
 
+    refuse_unknown(pipeline_args)
+
     def decorate(graph_fn: Callable[..., Any]) -> Callable[..., Pipeline]:
         @functools.wraps(graph_fn)
         def make_pipeline(*args: Any, checkpoint: bytes | None = None,
                           **kwargs: Any) -> Pipeline:
+            refuse_unknown(k for k in kwargs if k in DALI_ONLY_ARGS and not _takes(graph_fn, k))
             overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in PIPELINE_ARGS}
             given = {**pipeline_args, **overrides}
             spec = build_spec(graph_fn, args, kwargs,

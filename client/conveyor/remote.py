@@ -289,17 +289,24 @@ class RemotePipeline:
         while True:
             yield self.run()
 
-    def checkpoint(self) -> Checkpoint:
-        """The position after the batches this object has returned, stored in Redis."""
+    def checkpoint(self, consumed: int | None = None) -> Checkpoint:
+        """The position after the batches this object has returned, stored in Redis; or
+        after the first ``consumed`` of them (an iterator holding a batch it has not handed
+        out checkpoints before it)."""
+        if consumed is not None and not 0 <= consumed <= self._consumed:
+            raise errors.InvalidArgument(
+                f"checkpoint of {self.name!r}: consumed={consumed} is not between 0 and the "
+                f"{self._consumed} batches returned")
         with self._lock:
+            at = self._consumed if consumed is None else consumed
             if self._fan_in is not None:  # the holder first moves on to the position
-                return self._with_failover(self._fanned_in_checkpoint)
+                return self._with_failover(lambda: self._fanned_in_checkpoint(at))
             return self._with_failover(
-                lambda: self.client.checkpoint(self.name, self._consumed, via=self.via))
+                lambda: self.client.checkpoint(self.name, at, via=self.via))
 
-    def _fanned_in_checkpoint(self) -> Checkpoint:
-        self.tell_holder(self._consumed)
-        return self.client.checkpoint(self.name, self._consumed, via=self.via)
+    def _fanned_in_checkpoint(self, consumed: int) -> Checkpoint:
+        self.tell_holder(consumed)
+        return self.client.checkpoint(self.name, consumed, via=self.via)
 
     def describe(self) -> service_pb2.PipelineInfo:
         return self.client.pipeline(self.name, via=self.via)

@@ -24,6 +24,7 @@ from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
 from conveyor.reduction_schemas import REDUCTION_SCHEMAS
 from conveyor.source_schemas import SOURCE_SCHEMAS
 from conveyor.transform_schemas import TRANSFORM_SCHEMAS
+from conveyor.unsupported import not_supported, unknown_operator
 from conveyor.v1 import pipeline_pb2
 
 DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -230,8 +231,7 @@ def schema_of(op_type: str) -> OpSchema:
     try:
         return SCHEMAS[op_type]
     except KeyError:
-        known = ", ".join(sorted(SCHEMAS))
-        raise SpecError(op_type, None, f"unknown operator (known: {known})") from None
+        raise unknown_operator(op_type, SCHEMAS) from None
 
 
 def num_outputs(op: pipeline_pb2.OpSpec) -> int:
@@ -275,8 +275,8 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
     """Validate one constant Python value against the schema and encode it."""
     schema = schema_of(op)
     if name not in schema.args:
-        known = ", ".join(sorted(schema.args))
-        raise SpecError(op, name, f"unknown argument (known: {known})")
+        raise not_supported(f"fn.{op}'s argument", name, schema.args, op=op, argument=name,
+                            spell="{!r}")
     arg = schema.args[name]
     if isinstance(value, Enum):
         value = value.value

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from conveyor.external_source import BatchInfo, SampleInfo
+from conveyor.unsupported import PORTING_PAGE, not_supported
 
 
 class DALIImageType(StrEnum):
@@ -59,3 +61,15 @@ INTERP_LANCZOS3 = DALIInterpType.INTERP_LANCZOS3
 
 #: DALI's ``types.SampleInfo`` and ``types.BatchInfo``: what an external source is given.
 INFO_TYPES = (SampleInfo, BatchInfo)
+#: This module's names that are no constants of the pipeline API.
+_NOT_CONSTANTS = {"annotations", "StrEnum", "Any", "PORTING_PAGE", "not_supported"}
+
+
+def __getattr__(name: str) -> Any:
+    """A name DALI's ``types`` has and this module not (``types.INTERP_TRIANGULAR``):
+    ``NotSupported`` (an ``AttributeError``), naming the close constants."""
+    if name.startswith("_"):
+        raise AttributeError(f"module 'conveyor.types' has no attribute {name!r}")
+    known = [n for n in globals() if not n.startswith("_") and n not in _NOT_CONSTANTS]
+    raise not_supported("the constant", name, known, op="types", page=PORTING_PAGE,
+                        spell="types.{}")

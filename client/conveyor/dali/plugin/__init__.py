@@ -1,0 +1,9 @@
+"""DALI's ``nvidia.dali.plugin``: the framework iterators over Conveyor pipelines.
+
+``conveyor.dali.plugin.pytorch`` holds ``DALIGenericIterator``,
+``DALIClassificationIterator``, ``LastBatchPolicy`` and ``feed_ndarray``;
+``conveyor.dali.plugin.base_iterator`` the epoch accounting they share (no framework).
+They take in-process pipelines (what a ``@pipeline_def`` function returns) and
+``RemotePipeline``s alike. Importing them loads no gRPC and no framework: torch is
+imported when an iterator is made.
+"""
