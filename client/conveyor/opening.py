@@ -83,7 +83,10 @@ def open_pipeline(client: Client, name: str, spec: pipeline_pb2.PipelineSpec, *,
                                  run_id=run_id or "")
         except errors.AlreadyExists:  # opened before: the same run goes on, another
             info = client.pipeline(name)  # starts afresh
-    wanted = specs.fingerprint(spec).hex()
+    # A seed drawn by this definition (none was given, as DALI's default) is not the user's
+    # choice: the pipeline goes on with the seed it drew first, as a restore does.
+    compared = specs.with_checkpoint_seed(spec, info.spec) if info.HasField("spec") else spec
+    wanted = specs.fingerprint(compared).hex()
     if info.fingerprint and info.fingerprint != wanted:
         raise errors.SpecMismatch(
             f"pipeline {name!r} exists with another spec (fingerprint "

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import conveyor
-from conveyor import errors
+from conveyor import errors, fn
 from conveyor.cli import main as cli
+from conveyor.spec import as_spec
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start, client
@@ -79,6 +81,34 @@ def test_another_spec_under_the_name_is_refused(start_server: Start,
             with pytest.raises(errors.SpecMismatch, match="another spec"):
                 c.open("kept", other, run_id=run_id)
         assert c.pipeline("kept").run_id == "a"
+
+
+def test_a_seedless_definition_goes_on_with_the_seed_the_pipeline_drew(
+        start_server: Start, image_root: Path) -> None:
+    """A definition without a seed draws one each time it is made (DALI's default): opening
+    the pipeline again with a fresh one goes on with the seed drawn first; a seed given
+    explicitly that differs is still refused."""
+    @conveyor.pipeline_def(batch_size=2, num_threads=1, enable_checkpointing=True)
+    def seedless() -> Any:
+        jpegs, labels = fn.readers.file(file_root=str(image_root / "imgs"), random_shuffle=True)
+        images = fn.decoders.image(jpegs)
+        return fn.rotate(images, angle=fn.random.uniform(range=(-30.0, 30.0)), fill_value=0), labels
+
+    first, later = as_spec(seedless()), as_spec(seedless())
+    assert first.seed != later.seed and first.seed_drawn and later.seed_drawn
+    expected = reference(first, 5)
+    server = start_server()
+    with client(server) as c:
+        pipe = c.open("seedless", first, run_id="r")
+        assert [batch_bytes(pipe.run()) for _ in range(3)] == expected[:3]
+        pipe.checkpoint()
+        pipe.close()
+        again = c.open("seedless", later, run_id="r")
+        assert again.consumed == 3 and batch_bytes(again.run()) == expected[3]
+        again.close()
+        explicit = as_spec(seedless(seed=later.seed))
+        with pytest.raises(errors.SpecMismatch, match="another spec"):
+            c.open("seedless", explicit, run_id="r")
 
 
 def test_a_run_goes_on_after_its_dead_servers_lease_ran_out(start_server: Start,
