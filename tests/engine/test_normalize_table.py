@@ -10,6 +10,7 @@ import pytest
 
 from conveyor import types
 from conveyor.normalization import folded_coefficients
+from conveyor_server.engine import catalog
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.normalize import normalize, normalize_table
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, SampleOp
@@ -125,6 +126,7 @@ def test_float32_table_is_what_numpy_computes_per_value_and_the_lookup_takes_it(
     {"dtype": types.UINT8, "output_layout": "CHW", "crop": (20, 24), "pad_output": True},
 ])
 def test_both_forms_of_the_operator_give_the_arithmetic_s_bytes(args: dict[str, Any]) -> None:
+    catalog.load()  # every builder registered, the per-batch form's too
     ctx = op_context("crop_mirror_normalize", tensor_args=("mirror",),
                      mean=[124.0, 117.0, 104.0], std=[58.0, 57.0, 57.0], **args)
     per_sample, per_batch = registry.build(ctx, SAMPLE), registry.build(ctx, BATCH)
