@@ -56,19 +56,22 @@ demo: $(STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
 
-# The ResNet-50 benchmark against NVIDIA DALI on the CPU. DALI is not a dependency of
-# Conveyor: it goes into a venv of its own (~424 MB; its CPU pipeline needs no GPU or driver),
-# beside Conveyor installed as .venv has it. Without it, bench.resnet50 says DALI is absent.
+# The ResNet-50 benchmark against NVIDIA DALI on the CPU and torchvision's DataLoader.
+# Neither is a dependency of Conveyor: they go into a venv of their own (DALI ~424 MB, its
+# CPU pipeline needs no GPU or driver; torch's CPU build, at the version .venv's test tools
+# pin, and the torchvision made for it), beside Conveyor installed as .venv has it. Without
+# them, bench.resnet50 says which is absent.
 BENCH_VENV ?= .bench-venv
 DALI := nvidia-dali-cuda120==2.4.0
+TORCHVISION := torch==2.13.0 torchvision==0.28.0
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
 $(BENCH_STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
 	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	@echo "installing Conveyor and $(DALI) into $(BENCH_VENV) (log: $(BENCH_VENV)/install.log) ..."
+	@echo "installing Conveyor, $(DALI) and $(TORCHVISION) into $(BENCH_VENV) (log: $(BENCH_VENV)/install.log) ..."
 	@$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -c server/constraints.txt \
-		-e ./client -e ./server '$(DALI)' > $(BENCH_VENV)/install.log 2>&1 || { \
-		echo "make: could not install $(DALI) into $(BENCH_VENV) (details in $(BENCH_VENV)/install.log)" >&2; exit 1; }
+		-e ./client -e ./server '$(DALI)' $(TORCHVISION) > $(BENCH_VENV)/install.log 2>&1 || { \
+		echo "make: could not install $(DALI) and $(TORCHVISION) into $(BENCH_VENV) (details in $(BENCH_VENV)/install.log)" >&2; exit 1; }
 	@touch $(BENCH_STAMP)
 
 bench-resnet50: $(BENCH_STAMP)

@@ -1,8 +1,10 @@
 """The ResNet-50 training pipeline: read -> decode a random window -> resize to 224x224 ->
-crop_mirror_normalize to float16 CHW with a coin-flip mirror, 2 threads, batches of 64.
+crop_mirror_normalize to float16 or float32 CHW with a coin-flip mirror, 2 threads,
+batches of 64.
 
 Contenders (images/s):
-- conveyor in-process: ``conveyor_server.Pipeline``
+- conveyor in-process: ``conveyor_server.Pipeline``, to float16 and to float32 (DALI's
+  default type)
 - conveyor over gRPC: a real conveyor-server on loopback, consumed by ``conveyor.Client``
   as float16 batches (client and server share the cores)
 - hand-written loop: what an engineer would write over the libraries Conveyor uses, as
@@ -12,10 +14,15 @@ Contenders (images/s):
   cv2.flip on heads -> numpy ``(x - mean) / std`` as one float32 multiply-add written into
   the batch's float16 CHW array; a thread pool of 2, OpenCV's own threads off
 - NVIDIA DALI on the CPU (``device_id=None``): ``fn.decoders.image_random_crop(device=
-  "cpu")``, ``fn.resize``, ``fn.crop_mirror_normalize(dtype=FLOAT16)`` with
-  ``fn.random.coin_flip()``, the same ``num_threads`` and prefetch depth. DALI is not a
-  dependency of Conveyor: ``make bench-resnet50`` installs it into ``.bench-venv`` and runs
-  this script there; elsewhere its row says it is absent.
+  "cpu")``, ``fn.resize``, ``fn.crop_mirror_normalize(dtype=FLOAT16 or FLOAT)`` with
+  ``fn.random.coin_flip()``, the same ``num_threads`` and prefetch depth
+- torchvision's ``DataLoader``, as a PyTorch user writes it: PIL decode, ``RandomResizedCrop
+  (224)``, ``RandomHorizontalFlip()``, ``ToTensor()``, ``Normalize(mean, std)`` (float32
+  CHW), 2 worker processes, batches of 64; its CPU counts the workers' too.
+
+DALI and torchvision are not dependencies of Conveyor: ``make bench-resnet50`` installs
+them into ``.bench-venv`` and runs this script there; elsewhere their rows say they are
+absent.
 
 Every contender reads the same JPEGs (``bench._shared.make_dataset``: textured images
 around 470x405, about ImageNet's typical size, at quality 90), with the window arguments
@@ -24,18 +31,22 @@ and std. Each run builds its contender afresh, warms it up with 2 batches, times
 number of batches and shuts it down; contenders alternate (A B C D, D C B A, ...), and each
 figure is the median over runs, each ratio the median of per-run ratios.
 
-Targets (issue 17): in-process >= 4 x DALI on the CPU and >= 0.9 x the hand-written loop.
+Targets: in-process >= 4 x DALI on the CPU (images/s) and >= 0.9 x the hand-written loop;
+for float16 and float32 alike, in-process >= 1.4 x less CPU per image than DALI on the CPU
+to the same type, and >= 2 x torchvision's images/s.
 
-Run: python -m bench.resnet50 [--quick] [--runs N] [--data DIR]   (or make bench-resnet50)
+Run: python -m bench.resnet50 [--quick] [--runs N] [--batches N] [--data DIR]
+(or make bench-resnet50 BENCH_ARGS="--quick")
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -69,39 +80,42 @@ IMAGES = 512
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 AREA, RATIO, ATTEMPTS = (0.08, 1.0), (3 / 4, 4 / 3), 10
-OURS, GRPC, HAND = "conveyor in-process", "conveyor over gRPC, float16 to the client", \
-    "hand-written loop"
-DALI = "DALI 2.4 on the CPU"
-DALI_HOWTO = ("make bench-resnet50 installs nvidia-dali-cuda120 2.4.0 into .bench-venv and "
-              "runs this there")
+OURS, OURS32 = "conveyor in-process, float16", "conveyor in-process, float32"
+GRPC, HAND = "conveyor over gRPC, float16 to the client", "hand-written loop, float16"
+DALI, DALI32 = "DALI 2.4 on the CPU, float16", "DALI 2.4 on the CPU, float32"
+TORCH = "torchvision DataLoader, float32"
+HOWTO = ("make bench-resnet50 installs nvidia-dali-cuda120 2.4.0, torch and torchvision into "
+         ".bench-venv and runs this there")
 
 
 @dataclass(frozen=True)
 class Measure:
     """One timed run: images per second, and the CPU time per image of every process
-    involved (this one, and the server's for the gRPC contender), all threads counted.
+    involved (this one, the server's for the gRPC contender, the workers' for
+    torchvision's), all threads counted.
     CPU per image moves less than images/s when other work shares the cores."""
 
     rate: float
     cpu_ms: float
 
 
-def measured(step: Callable[[], object], batches: int, server_pid: int | None = None,
+def measured(step: Callable[[], object], batches: int, pids: Sequence[int] = (),
              warmup: int = 2) -> Measure:
-    """``step`` (one batch) ``warmup`` times untimed, then ``batches`` times timed."""
+    """``step`` (one batch) ``warmup`` times untimed, then ``batches`` times timed; the CPU
+    of this process and of ``pids``."""
     for _ in range(warmup):
         step()
-    cpu = process_cpu_s() + (process_cpu_s(server_pid) if server_pid else 0.0)
+    cpu = process_cpu_s() + sum(process_cpu_s(pid) for pid in pids)
     start = time.perf_counter()
     for _ in range(batches):
         step()
     wall = time.perf_counter() - start
-    cpu = process_cpu_s() + (process_cpu_s(server_pid) if server_pid else 0.0) - cpu
+    cpu = process_cpu_s() + sum(process_cpu_s(pid) for pid in pids) - cpu
     images = batches * BATCH
     return Measure(images / wall, cpu / images * 1e3)
 
 
-def resnet50_pipeline(root: str) -> Any:
+def resnet50_pipeline(root: str, dtype: Any = types.FLOAT16) -> Any:
     @pipeline_def(batch_size=BATCH, num_threads=THREADS, prefetch_queue_depth=2, seed=12,
                   enable_checkpointing=True)
     def resnet50() -> Any:
@@ -110,16 +124,16 @@ def resnet50_pipeline(root: str) -> Any:
                                                random_area=AREA, random_aspect_ratio=RATIO,
                                                num_attempts=ATTEMPTS)
         images = fn.resize(images, size=(SIZE, SIZE))
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
+        images = fn.crop_mirror_normalize(images, dtype=dtype, output_layout="CHW",
                                           mean=MEAN, std=STD, mirror=fn.random.coin_flip())
         return images, labels
 
     return resnet50()
 
 
-def in_process(root: str, batches: int) -> Callable[[], Measure]:
+def in_process(root: str, batches: int, dtype: Any = types.FLOAT16) -> Callable[[], Measure]:
     def run() -> Measure:
-        with Pipeline(resnet50_pipeline(root)) as pipe:
+        with Pipeline(resnet50_pipeline(root, dtype)) as pipe:
             return measured(pipe.run, batches)
     return run
 
@@ -135,7 +149,7 @@ def streamed(server: Server, root: str, batches: int) -> Callable[[], Measure]:
                 def step() -> None:
                     images, _ = pipe.run()
                     images.as_array()  # float16 (64, 3, 224, 224), as a trainer takes it
-                return measured(step, batches, server.pid)
+                return measured(step, batches, (server.pid,))
             finally:
                 pipe.close()
                 client.delete(name)
@@ -187,8 +201,8 @@ def hand_written(files: list[str], batches: int) -> Callable[[], Measure]:
     return run
 
 
-def dali(root: str, batches: int) -> Callable[[], Measure] | str:
-    """DALI's contender, or why there is none."""
+def dali(root: str, batches: int, dtype: str = "FLOAT16") -> Callable[[], Measure] | str:
+    """DALI's contender to ``dtype`` (a DALIDataType name), or why there is none."""
     try:
         from nvidia.dali import fn as dfn
         from nvidia.dali import pipeline_def as dali_pipeline_def
@@ -205,7 +219,8 @@ def dali(root: str, batches: int) -> Callable[[], Measure] | str:
                                                 random_aspect_ratio=list(RATIO),
                                                 num_attempts=ATTEMPTS)
         images = dfn.resize(images, size=(SIZE, SIZE))
-        images = dfn.crop_mirror_normalize(images, dtype=dtypes.FLOAT16, output_layout="CHW",
+        images = dfn.crop_mirror_normalize(images, dtype=getattr(dtypes, dtype),
+                                           output_layout="CHW",
                                            mean=MEAN, std=STD, mirror=dfn.random.coin_flip())
         return images, labels
 
@@ -216,6 +231,81 @@ def dali(root: str, batches: int) -> Callable[[], Measure] | str:
             return measured(pipe.run, batches)
         finally:
             del pipe
+    return run
+
+
+def _declare_torchvision_detection_ops(torch: Any) -> None:
+    """Let torchvision import beside torch's CPU build. The torchvision on PyPI is built
+    against torch's CUDA build, so its C extension (detection operators and image codecs,
+    none of which this pipeline uses: PIL decodes, the transforms are Python and torch) does
+    not load; torchvision's import then fails declaring fake kernels for two of those
+    operators, ``nms`` and ``qnms``, unless their schemas exist. Where the extension does
+    not load, they are declared here, as the extension would."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        return  # absent: the import that follows says so
+    extension = next(Path(spec.origin).parent.glob("_C*.so"), None)
+    try:
+        if extension is not None:
+            torch.ops.load_library(str(extension))
+            return
+    except OSError:
+        pass
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEEP.append(lib)  # a Library's definitions last as long as the object
+
+
+_KEEP: list[Any] = []
+
+
+def torchvision_loader(files: list[str], batches: int) -> Callable[[], Measure] | str:
+    """torchvision's contender, or why there is none."""
+    try:
+        import torch
+        from PIL import Image
+        from torch.utils.data import DataLoader, Dataset
+        _declare_torchvision_detection_ops(torch)
+        from torchvision import transforms
+    except Exception as exc:  # ImportError, or a broken install
+        return f"torchvision is absent from this environment ({type(exc).__name__}: {exc})"
+
+    transform = transforms.Compose([
+        transforms.RandomResizedCrop(SIZE), transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(), transforms.Normalize([m / 255 for m in MEAN],
+                                                    [s / 255 for s in STD])])
+
+    class Folder(Dataset[tuple[Any, int]]):
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> tuple[Any, int]:
+            with Image.open(files[i]) as img:
+                return transform(img.convert("RGB")), i % 4
+
+    def run() -> Measure:
+        torch.manual_seed(12)
+        loader = DataLoader(Folder(), batch_size=BATCH, shuffle=True, num_workers=THREADS,
+                            prefetch_factor=2, drop_last=True, persistent_workers=True)
+        it = iter(loader)
+        try:
+            pids = [w.pid for w in it._workers]
+
+            def step() -> None:
+                nonlocal it
+                try:
+                    images, _ = next(it)
+                except StopIteration:  # a new epoch, on the same worker processes
+                    it = iter(loader)
+                    images, _ = next(it)
+                assert images.shape == (BATCH, 3, SIZE, SIZE)
+            return measured(step, batches, pids)
+        finally:
+            it._shutdown_workers()
     return run
 
 
@@ -238,13 +328,17 @@ def check_same_batches(server: Server, root: str) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    def batches_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--batches", type=int, default=None,
+                       help="batches timed per run (default 12; 3 with --quick)")
+
+    args = parse_args(__doc__.splitlines()[0], batches_arg)
     tune_malloc(DEFAULT)
     count = 256 if args.quick else IMAGES
     data = make_dataset(args.data, count)
     root = str(data)
     files = image_files(data)
-    batches = 3 if args.quick else 12
+    batches = args.batches or (3 if args.quick else 12)
     print(f"# ResNet-50 training pipeline ({machine()})\n# {len(files)} JPEGs, batches of "
           f"{BATCH}, {THREADS} threads, median of {args.runs} interleaved runs (min-max), "
           f"{batches * BATCH} images timed per run\n")
@@ -252,32 +346,46 @@ def main() -> None:
         check_same_batches(server, root)
         contenders: dict[str, Callable[[], Measure]] = {
             OURS: in_process(root, batches),
+            OURS32: in_process(root, batches, types.FLOAT),
             GRPC: streamed(server, root, batches),
             HAND: hand_written(files, batches),
         }
-        peer = dali(root, batches)
-        if not isinstance(peer, str):
-            contenders[DALI] = peer
+        absent = []
+        peers = {DALI: dali(root, batches), DALI32: dali(root, batches, "FLOAT"),
+                 TORCH: torchvision_loader(files, batches)}
+        for name, peer in peers.items():
+            if isinstance(peer, str):
+                absent.append(f"{name}: not measured. {peer}")
+            else:
+                contenders[name] = peer
         results = interleaved(contenders, args.runs)
     rates = {name: [m.rate for m in runs] for name, runs in results.items()}
     cpu = {name: [m.cpu_ms for m in runs] for name, runs in results.items()}
     table([(name, f"{median(rates[name]):,.0f}", spread(rates[name], "{:,.0f}"),
             f"{median(cpu[name]):.2f}", spread(cpu[name], "{:.2f}")) for name in results],
           ("contender", "images/s", "spread", "CPU ms/image", "spread"))
-    if isinstance(peer, str):
-        print(f"DALI CPU: not measured. {peer}: {DALI_HOWTO}\n")
+    if absent:
+        print("\n".join(absent) + f"\n({HOWTO})\n")
     rows = [(f"{OURS} / {HAND} (target >= 0.9)", ratio(rates[OURS], rates[HAND]),
              ratio(cpu[HAND], cpu[OURS])),
+            (f"{OURS32} / {OURS}", ratio(rates[OURS32], rates[OURS]),
+             ratio(cpu[OURS], cpu[OURS32])),
             (f"{GRPC} / {OURS}", ratio(rates[GRPC], rates[OURS]), ratio(cpu[OURS], cpu[GRPC]))]
+    for ours, theirs in ((OURS, DALI), (OURS32, DALI32)):
+        if theirs in results:
+            rows.append((f"{ours} / {theirs} (targets: >= 4, CPU >= 1.4)",
+                         ratio(rates[ours], rates[theirs]), ratio(cpu[theirs], cpu[ours])))
     if DALI in results:
-        for name in (OURS, GRPC, HAND):
-            target = " (target >= 4)" if name == OURS else ""
-            rows.append((f"{name} / DALI CPU{target}", ratio(rates[name], rates[DALI]),
+        for name in (GRPC, HAND):
+            rows.append((f"{name} / {DALI}", ratio(rates[name], rates[DALI]),
                          ratio(cpu[DALI], cpu[name])))
+    if TORCH in results:
+        for name in (OURS, OURS32):
+            rows.append((f"{name} / {TORCH} (target >= 2)", ratio(rates[name], rates[TORCH]),
+                         ratio(cpu[TORCH], cpu[name])))
     table(rows, ("ratio (median of per-run ratios, spread)", "images/s",
            "CPU ms/image, inverted: theirs / ours"))
     sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ import pytest
 
 from conveyor import types
 from conveyor.normalization import folded_coefficients
+from conveyor_server.engine import catalog
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.normalize import normalize, normalize_table
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, SampleOp
@@ -82,7 +83,7 @@ def test_the_table_path_is_the_one_taken_for_uint8_images() -> None:
     assert not normalize_table.applies(np.empty((24, 24, 4), np.float16), image, chw=False)
     assert not normalize_table.applies(out, image.astype(np.float32), chw=True)
     assert not normalize_table.applies(np.empty((3, 24, 24), np.float64), image, chw=True)
-    assert not normalize_table.applies(np.empty((3, 24, 24), np.float32), image, chw=True)
+    assert normalize_table.applies(np.empty((3, 24, 24), np.float32), image, chw=True)
     assert normalize_table.applies(np.empty((3, 24, 24), np.int32), image, chw=True)
     assert not normalize_table.applies(np.empty((3, 0, 24), np.float16), image[:0], chw=True)
     # A table whose entries are marked reveals that the lookup, not arithmetic, wrote out.
@@ -101,13 +102,31 @@ def test_float16_table_is_what_numpy_computes_per_value() -> None:
     assert not table.flags.writeable
 
 
+def test_float32_table_is_what_numpy_computes_per_value_and_the_lookup_takes_it() -> None:
+    mul, add = folded_coefficients([124.0, 117.0, 104.0], [58.0, 57.0, 57.0], 1.0, 0.0)
+    table = normalize._table(mul.tobytes(), add.tobytes(), np.dtype(np.float32).str, 3)
+    values = np.arange(256, dtype=np.float32)[:, np.newaxis]
+    assert table.reshape(256, 3).tobytes() == (values * mul + add).astype(np.float32).tobytes()
+    # Entries marked by their index reveal that the lookup wrote a mirrored CHW crop.
+    image = _image(24, 30, 3, salt=2)
+    marked = np.arange(256 * 3, dtype=np.int32).reshape(256, 1, 3).view(np.float32)
+    out = np.empty((3, 20, 24), np.float32)
+    view = image[2:22, 3:27][:, ::-1]
+    normalize_table.lookup_into(out, view, marked, chw=True)
+    expected = view.astype(np.int32) * 3 + np.arange(3, dtype=np.int32)
+    assert out.view(np.int32).tobytes() == expected.transpose(2, 0, 1).tobytes()
+
+
 @pytest.mark.parametrize("args", [
     {"dtype": types.FLOAT16, "output_layout": "CHW"},
     {"dtype": types.FLOAT16, "output_layout": "HWC", "pad_output": True},
     {"dtype": types.FLOAT, "output_layout": "HWC", "crop": (20, 24)},
+    {"dtype": types.FLOAT, "output_layout": "CHW", "crop": (20, 24)},
+    {"dtype": types.FLOAT, "output_layout": "CHW", "pad_output": True},
     {"dtype": types.UINT8, "output_layout": "CHW", "crop": (20, 24), "pad_output": True},
 ])
 def test_both_forms_of_the_operator_give_the_arithmetic_s_bytes(args: dict[str, Any]) -> None:
+    catalog.load()  # every builder registered, the per-batch form's too
     ctx = op_context("crop_mirror_normalize", tensor_args=("mirror",),
                      mean=[124.0, 117.0, 104.0], std=[58.0, 57.0, 57.0], **args)
     per_sample, per_batch = registry.build(ctx, SAMPLE), registry.build(ctx, BATCH)

@@ -3,8 +3,9 @@
 The arguments are read by the same ``CmnParams`` and the pixels computed by the same
 ``normalize_into`` as the per-sample form, so both give the same bytes: each sample is
 cropped and mirrored as a view and its multiply-add per channel writes straight into its
-slot of one array of shape (N, C, H, W) or (N, H, W, C), allocated once per batch (no
-per-sample output, no float32 scratch for a float32 output). The samples the
+slot of one array of shape (N, C, H, W) or (N, H, W, C), taken once per batch from the
+pool of ``batch_buffers.py`` (no per-sample output, no float32 scratch, and no fresh
+mapping to fault in for a batch past glibc's mmap threshold). The samples the
 engine hands on are views of it, so ``TensorList.as_array()`` needs no copy. A batch whose
 views differ in shape (no crop, and images of several sizes) is normalized sample by sample
 as the per-sample form does.
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from conveyor.errors import ConveyorError
+from conveyor_server.engine.ops.normalize import batch_buffers
 from conveyor_server.engine.ops.normalize.normalize import (
     CmnParams,
     cmn_params,
@@ -40,7 +42,7 @@ def normalize_batch(views: Sequence[np.ndarray], mul: np.ndarray, add: np.ndarra
     """Every view (all HWC, of one shape) normalized into one new array of ``dtype`` whose
     first axis is the sample: (N, C, H, W) when ``chw``, else (N, H, W, C)."""
     shape = output_shape(views[0].shape, chw=chw, channels_out=channels_out)
-    out = np.empty((len(views), *shape), dtype=dtype)
+    out = batch_buffers.POOL.take((len(views), *shape), dtype)
     for i, view in enumerate(views):  # sample by sample: each one's pixels stay in cache
         normalize_into(out[i], view, mul, add, chw=chw)
     return out
