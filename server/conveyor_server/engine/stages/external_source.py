@@ -121,6 +121,10 @@ class ExternalSourceStage:
         self._complete: dict[int, int] = {}
         self._epoch = 0
         self._iteration = 0
+        #: Whether the batch ``next()`` last gave is the first of an epoch that the
+        #: source's StopIteration opened (the position before it was the end of the one
+        #: before): a function of the position alone.
+        self.epoch_crossed = False
 
     @property
     def label(self) -> str:
@@ -146,10 +150,12 @@ class ExternalSourceStage:
     def next(self) -> list[SourceSample]:
         with self._lock:
             epoch, iteration = self._epoch, self._iteration
+            self.epoch_crossed = False
             try:
                 try:
                     samples = self._produce(epoch, iteration)
                 except _EpochEnd:
+                    self.epoch_crossed = True
                     self._ended(epoch, iteration)
                     if self.parallel is not None:
                         self.parallel.drop()
@@ -165,6 +171,15 @@ class ExternalSourceStage:
                 samples = [SourceSample((), where, exc)] * self.batch_size
             self._epoch, self._iteration = epoch, iteration + 1
             return samples
+
+    def past_epoch_end(self, state: checkpoint_pb2.OpState) -> checkpoint_pb2.OpState:
+        """``state``, moved to the next epoch's start where it stands at the end of an
+        epoch whose StopIteration was met (DALI's position once ``run()`` raised it)."""
+        epoch, iteration = self._position(state)
+        with self._lock:
+            if iteration > 0 and self._lengths.get(epoch) == iteration:
+                return self._state(epoch + 1, 0)
+        return state
 
     # -- positions -----------------------------------------------------------------------
 
