@@ -102,6 +102,8 @@ class BaseIterator:
             raise InvalidArgument(f"pipelines: they stand at different batches {sorted(start)}"
                                   ": restore every one from the same iterator's checkpoints")
         self._restored = start.pop()
+        #: Whether a pipeline raised StopIteration (an external source's epoch ended).
+        self._pipes_stopped = False
         #: Batches taken from each pipeline since its start (returned, dropped or held).
         self._taken = self._restored
         self._count.replay(self._restored)
@@ -109,8 +111,6 @@ class BaseIterator:
             self.reset()  # DROP after the epoch's last whole batch: the epoch has ended
         self._first_batch: list[Any] | None = None
         self._ever_consumed = False
-        #: Whether a pipeline raised StopIteration (an external source's epoch ended).
-        self._pipes_stopped = False
 
     # -- arguments --------------------------------------------------------------------------
 
