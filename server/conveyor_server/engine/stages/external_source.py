@@ -13,8 +13,8 @@ The stage goes on: the batch that met it is the next epoch's first (the source i
 again with ``epoch_idx + 1`` and iteration 0), marked ``epoch_crossed`` so that the
 in-process pipeline can raise DALI's StopIteration before it; a stream does not stop.
 An epoch's length is learned when the source stops it and kept (per epoch), so positions
-already produced map to (epoch, iteration) without a call. ``StopIteration`` is taken as final within an epoch (once a
-position stops, every later one of that epoch does).
+already produced map to (epoch, iteration) without a call. ``StopIteration`` is taken as
+final within an epoch (once a position stops, every later one of that epoch does).
 
 State: (source, epoch, iteration) of the next batch asked for. Restore is O(1): the stage
 starts there. A position beyond those produced (a trainer's count ahead of its last
