@@ -11,6 +11,7 @@ under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -119,10 +120,14 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     callables its configuration lists; an in-process ``Pipeline`` calls the callable given
     here. With ``num_outputs`` the callable returns a tuple and so does this. With
     ``parallel=True`` worker processes import it by name: a lambda, a closure or a bound
-    method is refused here."""
+    method is refused here. So is a source DALI takes but cannot checkpoint (a list or
+    other iterable, an iterator, a generator or generator function, a callable taking no
+    argument): a checkpoint keeps only the position, so the source must be a function of
+    it; a callable's signature is checked here, not at the first batch."""
     if source is None:
         raise SpecError("external_source", "source", "is required: a callable taking "
                         "SampleInfo or BatchInfo, or its 'module:function' name")
+    _check_checkpointable(source)
     if "cycle" in kwargs:
         raise SpecError("external_source", "cycle", "applies to iterables, which cannot be "
                         "checkpointed: give a callable that raises StopIteration instead")
@@ -140,3 +145,37 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     if num_outputs:
         return out if isinstance(out, tuple) else (out,)
     return out
+
+
+_ACCEPTED = ("a callable of the position (one argument: SampleInfo with batch=False; "
+             "BatchInfo with batch_info=True or the iteration number with batch=True) or its "
+             "'module:function' name")
+
+
+def _check_checkpointable(source: Any) -> None:
+    """Refuse, at definition, a source whose data cannot be found again from a position."""
+    why = ("a checkpoint keeps only the position (epoch, iteration), so the source must give "
+           "the same data again from it")
+    if isinstance(source, str):
+        return
+    if not callable(source) or inspect.isgeneratorfunction(source):
+        kind = ("a generator function" if callable(source) else
+                "an iterator" if hasattr(source, "__next__") else
+                "an iterable" if hasattr(source, "__iter__") else type(source).__name__)
+        raise SpecError("external_source", "source",
+                        f"got {kind} ({type(source).__name__}), which cannot be checkpointed: "
+                        f"{why}. Give {_ACCEPTED}, returning the data for that position and "
+                        "raising StopIteration where the epoch ends")
+    try:
+        signature = inspect.signature(source)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: called with one argument, as DALI's
+    params = list(signature.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if len(required) > 1 or not (positional or varargs):
+        takes = f"{len(required)} required arguments" if required else "no argument"
+        raise SpecError("external_source", "source",
+                        f"{getattr(source, '__qualname__', source)!r} takes {takes}: it "
+                        f"cannot be checkpointed ({why}). Give {_ACCEPTED}")

@@ -4,6 +4,16 @@
 this process on the engine (``conveyor_server.Pipeline``, loaded on ``build()``: the
 ``conveyor-server`` package). ``pipe.checkpoint()`` gives the sealed checkpoint of the
 position after the last batch returned, and ``my_pipeline(checkpoint=blob)`` goes on from it.
+
+**Epochs of external sources**, as DALI's: where an ``external_source``'s callable raises
+StopIteration, ``run()`` (``outputs()``, ``share_outputs()``) raises StopIteration, and
+keeps raising it until ``reset()``; the next ``run()`` gives the next epoch's first batch.
+A batch cut short by StopIteration is dropped (there is no partial last batch). The engine
+says which batch opens such an epoch (``epoch_started``, a function of the position); this
+object holds that batch back until ``reset()``. A checkpoint taken after StopIteration was
+raised (before or after ``reset()``) resumes at the next epoch's start, without raising it
+again; one taken after an epoch's last batch, before the StopIteration, raises it first.
+A stream from a server (``RemotePipeline``) does not stop: the next epoch follows.
 The same object is taken wherever a spec is (``.spec`` is its ``PipelineSpec``): by
 ``client.open``, the adapters and ``conveyor_server.Pipeline``.
 
@@ -54,10 +64,12 @@ class Engine(Protocol):
 
     def run(self) -> Batch: ...
     def run_staged(self) -> tuple[Batch, Callable[[], None]]: ...
-    def checkpoint(self, filename: str | None = None, *,
-                   batches: int | None = None) -> bytes: ...
+    def checkpoint(self, filename: str | None = None, *, batches: int | None = None,
+                   past_epoch_end: bool = False) -> bytes: ...
     @property
     def batches_returned(self) -> int: ...
+    @property
+    def epoch_started(self) -> bool: ...
     def epoch_sizes(self) -> dict[str, int]: ...
     def epoch_size(self, name: str | None = None) -> Any: ...
     def reader_metas(self) -> dict[str, Any]: ...
@@ -87,7 +99,8 @@ class Pipeline:
     ``share_outputs()`` / ``release_outputs()``, ``reset()``. Made by calling a
     ``@pipeline_def`` function; runs in this process once built."""
 
-    __slots__ = ("_checkpoint", "_engine", "_release", "_scheduled", "_spec", "options")
+    __slots__ = ("_checkpoint", "_engine", "_held", "_release", "_scheduled", "_spec",
+                 "_stopped", "options")
 
     def __init__(self, spec: pipeline_pb2.PipelineSpec, *, checkpoint: bytes | None = None,
                  options: RunOptions | None = None) -> None:
@@ -97,6 +110,10 @@ class Pipeline:
         self._engine: Engine | None = None
         self._scheduled = 0
         self._release: Callable[[], None] | None = None
+        #: The batch that opens an external source's next epoch, held back from the
+        #: StopIteration raised before it until ``reset()`` (with its release, if staged).
+        self._held: tuple[Batch, Callable[[], None] | None] | None = None
+        self._stopped = False
 
     @property
     def spec(self) -> pipeline_pb2.PipelineSpec:
@@ -171,7 +188,11 @@ class Pipeline:
     def outputs(self) -> Batch:
         """The batch the earliest ``schedule_run()`` asked for, the caller's to keep."""
         engine = self._take_scheduled("outputs")
-        return self._checked(engine.run())
+        batch, release = self._next(engine, staged=False)
+        if release is not None:  # held from share_outputs(): its buffers until released
+            self.release_outputs()
+            self._release = release
+        return self._checked(batch)
 
     def share_outputs(self) -> Batch:
         """As ``outputs()``, but a GPU pipeline's outputs are the engine's own buffers,
@@ -180,13 +201,29 @@ class Pipeline:
             raise FailedPrecondition("share_outputs: the previous shared batch is still "
                                      "held: call release_outputs() first")
         engine = self._take_scheduled("share_outputs")
-        batch, release = engine.run_staged()
+        batch, release = self._next(engine, staged=True)
         self._release = release
         try:
             return self._checked(batch)
         except BaseException:
             self.release_outputs()
             raise
+
+    def _next(self, engine: Engine, *, staged: bool
+              ) -> tuple[Batch, Callable[[], None] | None]:
+        """The next batch, or StopIteration where an external source's epoch ended (until
+        ``reset()``)."""
+        if self._stopped:
+            raise StopIteration
+        if self._held is not None:
+            held, self._held = self._held, None
+            return held
+        taken: tuple[Batch, Callable[[], None] | None] = (
+            engine.run_staged() if staged else (engine.run(), None))
+        if engine.epoch_started:
+            self._held, self._stopped = taken, True
+            raise StopIteration
+        return taken
 
     def release_outputs(self) -> None:
         """Give back the buffers of the batch ``share_outputs()`` returned."""
@@ -218,8 +255,9 @@ class Pipeline:
         return batch
 
     def reset(self) -> None:
-        """Accepted for DALI's iterators: a stream does not stop at the end of an epoch (the
-        next epoch follows), so there is nothing to reset."""
+        """After StopIteration (an external source's epoch ended): start the next epoch.
+        Otherwise nothing, as DALI's (readers do not stop at an epoch's end)."""
+        self._stopped = False
 
     # -- state -----------------------------------------------------------------------
 
@@ -228,13 +266,19 @@ class Pipeline:
         batches not yet taken are not in it), or after the first ``batches`` (at most those
         returned: an iterator holding a batch it has not handed out checkpoints before it);
         written to ``filename`` too, where given. Needs ``enable_checkpointing=True``."""
-        return self._built().checkpoint(filename, batches=batches)
+        engine = self._built()
+        returned = self.batches_returned
+        if self._held is None:
+            return engine.checkpoint(filename, batches=batches)
+        at = returned if batches is None else batches
+        return engine.checkpoint(filename, batches=at, past_epoch_end=at == returned)
 
     @property
     def batches_returned(self) -> int:
         """Batches returned since the pipeline's start (a restored pipeline counts from its
         checkpoint's position); builds the pipeline."""
-        return self._built().batches_returned
+        held = 1 if self._held is not None else 0
+        return self._built().batches_returned - held
 
     def epoch_size(self, name: str | None = None) -> Any:
         """Samples per epoch of the reader ``name``; of every reader, by name, without one
@@ -253,6 +297,9 @@ class Pipeline:
     def close(self) -> None:
         """Stop the engine's workers (a later call builds a new engine from the start)."""
         self.release_outputs()
+        held, self._held, self._stopped = self._held, None, False
+        if held is not None and held[1] is not None:
+            held[1]()
         engine, self._engine = self._engine, None
         self._scheduled = 0
         if engine is not None:

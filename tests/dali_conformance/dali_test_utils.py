@@ -52,6 +52,17 @@ def assert_warns(glob: str) -> Iterator[None]:
         f"no warning matching {glob!r}; warnings: {messages}"
 
 
+@contextmanager
+def assert_raises(exception: type[BaseException], glob: str) -> Iterator[None]:
+    """DALI's ``nose_utils.assert_raises(exception, glob=...)``: the block raises
+    ``exception`` with a message in which ``glob`` is found (anywhere in it, case ignored)."""
+    pattern = fnmatch.translate(glob).removesuffix(r"\Z")
+    with pytest.raises(exception) as caught:
+        yield
+    assert re.search(pattern, str(caught.value), re.IGNORECASE), \
+        f"{exception.__name__} raised, but its message does not match {glob!r}: {caught.value}"
+
+
 def _check_batch(batch1: Any, batch2: Any, batch_size: int, eps: float = 1e-07) -> None:
     assert len(batch1) == len(batch2) == batch_size, \
         f"batch sizes {len(batch1)} and {len(batch2)}, expected {batch_size}"

@@ -2,8 +2,16 @@
 in NVIDIA/DALI), their CPU cases ported to Conveyor: the same case functions, helpers and
 parametrizations, with only the imports (``nvidia.dali`` -> ``conveyor.dali``) and the data
 changed. DALI_extra is not available here: ``tests/support/dali_extra.py`` generates its
-folders (JPEGs in class folders, Caffe and Caffe2 LMDBs, webdataset tars, .npy files) once
+folders (JPEGs in class folders, Caffe and Caffe2 LMDBs, webdataset tars, .npy files, a
+TFRecord file and its index, a COCO annotations file and its images) once
 per session, at the paths DALI's tests read.
+
+Changed, with the reason: ``test_external_source_unsupported`` (6) asserts Conveyor's
+refusal (``SpecError``: "... cannot be checkpointed ...", when the pipeline is defined)
+where DALI warns that it does not capture the state of such a ``source`` (an iterator, an
+iterable, a callable taking no argument). A checkpoint keeps only the position, and
+Conveyor promises that every checkpoint resumes exactly, so it takes only a callable of
+the position (or its ``"module:function"`` name).
 
 Not ported, with the reason:
 
@@ -14,9 +22,8 @@ Not ported, with the reason:
   ``test_file_reader_pytorch`` (11: it decodes on ``"mixed"``); ``test_jitter`` (``"gpu"``);
   ``test_video_reader`` (96: ``device="gpu"``); ``test_experimental_video_reader``'s
   ``"gpu"`` half (8).
-- Readers Conveyor does not have: ``test_coco_reader`` (4), ``test_mxnet_reader`` (8),
-  ``test_tfrecord_reader`` (8), ``test_sequence_reader`` (8), ``test_nemo_asr_reader`` (10),
-  ``test_experimental_video_reader``'s ``"cpu"`` half (8).
+- Readers Conveyor does not have: ``test_mxnet_reader`` (8), ``test_sequence_reader`` (8),
+  ``test_nemo_asr_reader`` (10), ``test_experimental_video_reader``'s ``"cpu"`` half (8).
 - Operators Conveyor does not have: ``test_random_object_bbox``, ``test_random_mask_pixel``
   (``fn.segmentation``), ``test_roi_random_crop``, ``test_ssd_random_crop``,
   ``test_batch_permutation``, ``test_random_bbox_crop`` (1 each).
@@ -35,10 +42,12 @@ import numpy as np
 import pytest
 
 import conveyor.dali.fn as fn
+import conveyor.dali.tfrecord as tfrec
 import conveyor.dali.types as types
 from conveyor.dali.pipeline import pipeline_def
+from conveyor.errors import SpecError
 from tests.dali_conformance.dali_test_utils import (
-    assert_warns,
+    assert_raises,
     cartesian_params,
     compare_pipelines,
     params,
@@ -264,6 +273,94 @@ def test_file_reader(
         shuffle_after_epoch=shuffle_after_epoch,
         stick_to_shard=stick_to_shard,
         initial_fill=initial_fill,
+    )
+
+
+# Coco reader is based on file reader and all the strange corner cases are (hopefully) tested there
+@params(
+    (0, 4, 1, 2, True, False, False, False, None),
+    (4, 5, 0, 1, False, True, False, False, 1),
+    (16, 6, 3, 5, False, False, True, False, 2),
+    (6, 7, 2, 3, False, True, False, True, 3),
+)
+def test_coco_reader(
+    num_epochs,
+    batch_size,
+    shard_id,
+    num_shards,
+    random_shuffle,
+    shuffle_after_epoch,
+    stick_to_shard,
+    pad_last_batch,
+    iters_into_epoch=None,
+    initial_fill=1024,
+):
+    coco_dir = os.path.join(data_root, "db", "coco")
+    coco_images = os.path.join(coco_dir, "images")
+    coco_annotations = os.path.join(coco_dir, "instances.json")
+
+    check_reader_checkpointing(
+        fn.readers.coco,
+        num_epochs,
+        batch_size,
+        iters_into_epoch,
+        file_root=coco_images,
+        annotations_file=coco_annotations,
+        pad_last_batch=pad_last_batch,
+        random_shuffle=random_shuffle,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        shuffle_after_epoch=shuffle_after_epoch,
+        stick_to_shard=stick_to_shard,
+        initial_fill=initial_fill,
+        polygon_masks=True,
+        image_ids=True,
+    )
+
+
+@params(
+    (0, 1, 0, 1, True, True, True, None),
+    (0, 2, 0, 2, True, True, False, 1),
+    (6, 3, 1, 3, True, False, True, 2),
+    (3, 4, 2, 4, True, False, False, None),
+    (10, 5, 2, 10, False, True, True, 1),
+    (4, 6, 1, 6, False, True, False, 2),
+    (10, 7, 2, 3, False, False, True, None),
+    (2, 8, 4, 5, False, False, False, 1),
+)
+def test_tfrecord_reader(
+    num_epochs,
+    batch_size,
+    shard_id,
+    num_shards,
+    random_shuffle,
+    stick_to_shard,
+    pad_last_batch,
+    iters_into_epoch=None,
+):
+    tfrecord_dir = os.path.join(data_root, "db", "tfrecord")
+    tfrecord = os.path.join(tfrecord_dir, "train")
+    tfrecord_idx = os.path.join(tfrecord_dir, "train.idx")
+
+    def tfrecord_wrapper(*args, **kwargs):
+        return fn.readers.tfrecord(*args, **kwargs)["image/encoded"]
+
+    check_reader_checkpointing(
+        tfrecord_wrapper,
+        num_epochs,
+        batch_size,
+        iters_into_epoch,
+        path=tfrecord,
+        index_path=tfrecord_idx,
+        features={
+            "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+            "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+        },
+        pad_last_batch=pad_last_batch,
+        random_shuffle=random_shuffle,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        stick_to_shard=stick_to_shard,
     )
 
 
@@ -744,6 +841,6 @@ def test_external_source_unsupported(kind, parallel):
     def pipeline():
         return fn.external_source(source=source)
 
-    with assert_warns(glob="DALI doesn't capture state of such 'source'."):
+    with assert_raises(SpecError, glob="*cannot be checkpointed*"):
         pipeline().build()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.support.images import make_image_folder
 from tests.support.lmdb_data import make_caffe, make_caffe2
 from tests.support.reader_data import make_npy_folder, make_shards, write_index
+from tests.support.record_data import write_coco, write_tfrecords
 
 #: Images per class folder under ``db/single/jpeg`` (47 in all: an odd count, so padded and
 #: unpadded shards differ; enough for DALI's largest case, 5 shards of batches of 4 that stop
@@ -18,6 +19,8 @@ JPEG_CLASSES = {"100": 7, "117": 6, "134": 8, "151": 5, "168": 7, "185": 6, "202
 LMDB_RECORDS = 53       # Caffe and Caffe2 databases: 3 shards of batches of 7, 3 batches in
 WEBDATASET_SHARDS = (600, 550, 650)  # 1800 samples: 6 shards of batches of 64, 5 batches in
 NUMPY_FILES = 111       # 6 shards of batches of 8, 3 batches in
+TFRECORD_RECORDS = 60   # 10 shards of 3 or more; 6 shards of batches of 6, 2 batches in
+COCO_IMAGES = 45        # 5 shards of batches of 6, 2 batches in; 3 padded shards of 7, 3 in
 
 
 def make_dali_extra(root: Path) -> Path:
@@ -34,6 +37,13 @@ def make_dali_extra(root: Path) -> Path:
         shard.rename(mnist / f"devel-{s}.tar")
     make_npy_folder(db / "3D" / "MRI" / "Knee" / "npy_2d_slices" / "STU00001", NUMPY_FILES,
                     subfolders=0)
+    tfrecord = db / "tfrecord"
+    (record,), (index,) = write_tfrecords(tfrecord, [TFRECORD_RECORDS])
+    Path(record).rename(tfrecord / "train")
+    Path(index).rename(tfrecord / "train.idx")
+    coco = db / "coco"
+    _, annotations = write_coco(coco, COCO_IMAGES)
+    Path(annotations).rename(coco / "instances.json")
     return root
 
 

@@ -44,6 +44,7 @@ from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.stages import MAX_SAMPLES
+from conveyor_server.engine.stages.external_source import ExternalSourceStage
 from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
 from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
@@ -131,6 +132,9 @@ class Pipeline:
         self._returned = base
         self._produced = base
         self._inflight: deque[BatchWork[SampleState]] = deque()
+        #: The produced batches (by index) that open an external source's epoch.
+        self._crossings: set[int] = set()
+        self._epoch_started = False
         self._depth = max(1, spec.prefetch_queue_depth)
         #: No batch at or after this index is computed ahead, only when asked for (a
         #: fan-in worker computes the batches asked of it, not the ones that follow).
@@ -151,6 +155,15 @@ class Pipeline:
     @property
     def batches_returned(self) -> int:
         return self._returned
+
+    @property
+    def epoch_started(self) -> bool:
+        """Whether the batch last returned opens an external source's epoch: the batch
+        before it was that epoch's predecessor's last (its source raised StopIteration
+        at the position that followed). A function of the position: the same for a
+        pipeline restored there, never of timing. DALI's pipeline raises StopIteration
+        before such a batch (``conveyor.pipeline.Pipeline`` does)."""
+        return self._epoch_started
 
     @property
     def batches_produced(self) -> int:
@@ -232,6 +245,8 @@ class Pipeline:
                 staged.release()
             self._rewind()
             raise
+        self._epoch_started = self._returned in self._crossings
+        self._crossings.discard(self._returned)
         self._returned += 1
         self._stage_ready()
         return tuple(outputs), staged
@@ -274,6 +289,9 @@ class Pipeline:
                                     strict=True):
                 stage.reset(state)
         per_stage = [(stage.op_index, stage.next()) for stage in self._plan.stages]
+        if any(isinstance(stage, ExternalSourceStage) and stage.epoch_crossed
+               for stage in self._plan.stages):
+            self._crossings.add(self._produced)
         self._inflight.append(self._segments.start(
             per_stage, self.share.block(self._produced), self._pool, self._threads))
         self._produced += 1
@@ -290,6 +308,7 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        self._crossings.clear()
         if self._staging is not None:
             self._staging.drop()
         for stage, state in zip(self._plan.stages, states, strict=True):
@@ -331,7 +350,7 @@ class Pipeline:
 
     def checkpoint_body(self, batches: int | None = None) -> checkpoint_pb2.CheckpointBody:
         body = self._constant_body_message()
-        body.MergeFrom(self._position_body(batches))
+        body.MergeFrom(self._position_body(batches, past_epoch_end=False))
         return body
 
     def _constant_body_message(self) -> checkpoint_pb2.CheckpointBody:
@@ -344,7 +363,8 @@ class Pipeline:
             engine=self.engine_id(),
         )
 
-    def _position_body(self, batches: int | None) -> checkpoint_pb2.CheckpointBody:
+    def _position_body(self, batches: int | None, *,
+                       past_epoch_end: bool) -> checkpoint_pb2.CheckpointBody:
         """What depends on the position (fields 6 and 7, the last ones)."""
         if not self.spec.enable_checkpointing:
             raise CheckpointingDisabled(
@@ -354,19 +374,28 @@ class Pipeline:
         if n > self._produced:
             raise FailedPrecondition(f"cannot checkpoint after {n} batches: only "
                                      f"{self._produced} were produced")
-        body = checkpoint_pb2.CheckpointBody(op_states=self.cut_states(n), batches=n)
+        states = self.cut_states(n)
+        if past_epoch_end:
+            states = [stage.past_epoch_end(state) if isinstance(stage, ExternalSourceStage)
+                      else state for stage, state in zip(self._plan.stages, states, strict=True)]
+        body = checkpoint_pb2.CheckpointBody(op_states=states, batches=n)
         if self.share.job:
             body.job.CopyFrom(self.share.job_position(n))
         return body
 
-    def checkpoint(self, filename: str | None = None, *, batches: int | None = None) -> bytes:
+    def checkpoint(self, filename: str | None = None, *, batches: int | None = None,
+                   past_epoch_end: bool = False) -> bytes:
         """The sealed state after the batches returned so far (or after ``batches``).
+        ``past_epoch_end``: where an external source stands at the end of an epoch whose
+        StopIteration was met, at the next epoch's start instead (DALI's state once
+        ``run()`` raised StopIteration: the restored pipeline does not raise it again).
 
         Deterministic serialization writes fields in number order and the position's
         fields come last, so the constant part is serialized once and the position's
         appended: the same bytes as serializing the whole body, for less work per
         checkpoint (a service checkpoints on every trainer's call)."""
-        position = self._position_body(batches).SerializeToString(deterministic=True)
+        position = self._position_body(batches, past_epoch_end=past_epoch_end
+                                       ).SerializeToString(deterministic=True)
         if self._constant_body is None:
             self._constant_body = self._constant_body_message().SerializeToString(
                 deterministic=True)
@@ -407,6 +436,7 @@ class Pipeline:
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        self._crossings.clear()
         if self._staging is not None:
             self._staging.drop()
         if self._own_pool:

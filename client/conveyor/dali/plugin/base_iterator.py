@@ -14,12 +14,15 @@ policy      padded                   not padded
 ``PARTIAL`` ``[7]``, ``[1, 2]``      ``[7]``, ``[2, 3]``
 =========== ======================== ====================
 
-A Conveyor pipeline does not stop at an epoch's end (the next epoch follows), so without
-``reader_name`` or ``size`` an iterator never ends. ``checkpoints()`` are the pipelines'
-checkpoints at the batches the iterator has handed out (or dropped); a batch it holds
-ahead (``prepare_first_batch``) is not in them. An iterator over pipelines restored from
-them goes on exactly: where it stands in its epoch follows from the pipelines' position
-(``epochs.EpochCount.replay``), counted from the pipelines' start. A checkpoint taken when
+A reader does not stop a Conveyor pipeline at an epoch's end (the next epoch follows), so
+without ``reader_name`` or ``size`` an iterator ends its epoch only where an in-process
+pipeline raises StopIteration (an ``external_source``'s callable ended its epoch, as in
+DALI); over a ``RemotePipeline``, whose stream does not stop, it never ends.
+``checkpoints()`` are the pipelines' checkpoints at the batches the iterator has handed
+out (or dropped); a batch it holds ahead (``prepare_first_batch``) is not in them. An
+iterator over pipelines restored from them goes on exactly: where it stands in its epoch
+follows from the pipelines' position (``epochs.EpochCount.replay``), counted from the
+pipelines' start. A checkpoint taken when
 an epoch has just ended resumes at the next epoch's start.
 """
 
@@ -99,6 +102,8 @@ class BaseIterator:
             raise InvalidArgument(f"pipelines: they stand at different batches {sorted(start)}"
                                   ": restore every one from the same iterator's checkpoints")
         self._restored = start.pop()
+        #: Whether a pipeline raised StopIteration (an external source's epoch ended).
+        self._pipes_stopped = False
         #: Batches taken from each pipeline since its start (returned, dropped or held).
         self._taken = self._restored
         self._count.replay(self._restored)
@@ -192,7 +197,11 @@ class BaseIterator:
     def _next_batch(self) -> list[Any]:
         if self._count.ended():
             self._end_epoch()
-        batches = self._take()
+        try:
+            batches = self._take()
+        except StopIteration:
+            self._pipes_stopped = True
+            self._end_epoch()
         dropped = self._count.advance()
         if dropped:
             self._end_epoch()
@@ -235,7 +244,12 @@ class BaseIterator:
         if count.policy is LastBatchPolicy.DROP and count.next_overflows() and not count.ended():
             self._take()  # the epoch's incomplete last batch, dropped
             count.advance()
-        if count.ended() or count.size < 0:
+        if self._pipes_stopped:
+            self._pipes_stopped = False
+            for p in self._pipes:
+                p.reset()
+            count.rollover()
+        elif count.ended() or count.size < 0:
             count.rollover()
         else:
             log.warning("conveyor.dali: reset() before the epoch's end does nothing (as "

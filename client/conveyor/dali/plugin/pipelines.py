@@ -105,6 +105,12 @@ class Wrapped:
         batch: Batch = self.pipe.run()
         return batch
 
+    def reset(self) -> None:
+        """After the pipeline raised StopIteration: its next epoch (a remote stream does
+        not stop)."""
+        if not self.remote:
+            self.pipe.reset()
+
     @property
     def position(self) -> int:
         """Batches returned since the pipeline's start (a restored one: its checkpoint's

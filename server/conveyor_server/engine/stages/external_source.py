@@ -9,11 +9,12 @@ the batch (a tuple of those with ``num_outputs``). It must be a pure function of
 argument, as DALI's checkpointing assumes: the position is all a checkpoint keeps.
 
 **Epochs.** ``StopIteration`` ends the epoch, as in DALI; a batch cut short is dropped.
-Streams never end, so the batch that met it is the next epoch's first: the source is
-asked again with ``epoch_idx + 1`` and iteration 0. An epoch's length is learned when the
-source stops it and kept (per epoch), so positions already produced map to (epoch,
-iteration) without a call. ``StopIteration`` is taken as final within an epoch (once a
-position stops, every later one of that epoch does).
+The stage goes on: the batch that met it is the next epoch's first (the source is asked
+again with ``epoch_idx + 1`` and iteration 0), marked ``epoch_crossed`` so that the
+in-process pipeline can raise DALI's StopIteration before it; a stream does not stop.
+An epoch's length is learned when the source stops it and kept (per epoch), so positions
+already produced map to (epoch, iteration) without a call. ``StopIteration`` is taken as
+final within an epoch (once a position stops, every later one of that epoch does).
 
 State: (source, epoch, iteration) of the next batch asked for. Restore is O(1): the stage
 starts there. A position beyond those produced (a trainer's count ahead of its last
@@ -121,6 +122,10 @@ class ExternalSourceStage:
         self._complete: dict[int, int] = {}
         self._epoch = 0
         self._iteration = 0
+        #: Whether the batch ``next()`` last gave is the first of an epoch that the
+        #: source's StopIteration opened (the position before it was the end of the one
+        #: before): a function of the position alone.
+        self.epoch_crossed = False
 
     @property
     def label(self) -> str:
@@ -146,10 +151,12 @@ class ExternalSourceStage:
     def next(self) -> list[SourceSample]:
         with self._lock:
             epoch, iteration = self._epoch, self._iteration
+            self.epoch_crossed = False
             try:
                 try:
                     samples = self._produce(epoch, iteration)
                 except _EpochEnd:
+                    self.epoch_crossed = True
                     self._ended(epoch, iteration)
                     if self.parallel is not None:
                         self.parallel.drop()
@@ -165,6 +172,15 @@ class ExternalSourceStage:
                 samples = [SourceSample((), where, exc)] * self.batch_size
             self._epoch, self._iteration = epoch, iteration + 1
             return samples
+
+    def past_epoch_end(self, state: checkpoint_pb2.OpState) -> checkpoint_pb2.OpState:
+        """``state``, moved to the next epoch's start where it stands at the end of an
+        epoch whose StopIteration was met (DALI's position once ``run()`` raised it)."""
+        epoch, iteration = self._position(state)
+        with self._lock:
+            if iteration > 0 and self._lengths.get(epoch) == iteration:
+                return self._state(epoch + 1, 0)
+        return state
 
     # -- positions -----------------------------------------------------------------------
 
