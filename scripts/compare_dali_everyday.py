@@ -31,12 +31,17 @@ BATCH = 4
 #: Per-sample arguments, fed through external sources.
 FACTORS = (0.0, 0.45, 1.6, 3.0)
 HUES = (-170.0, -33.5, 12.25, 95.0)
+SHAPES = ((720, 3), (30, 72), (-1, 5), (24, 90))
 #: (name, allowed max difference): 1 in uint8 where a value computed in float32 lands
 #: exactly on a half (DALI's CPU rounds it away from zero; Conveyor, as DALI's GPU, to even).
 CASES: tuple[tuple[str, float], ...] = (
     ("brightness", 1), ("brightness_shift", 1), ("brightness_fed", 1),
     ("brightness_float", 1e-6), ("contrast", 1), ("contrast_center", 1), ("contrast_fed", 1),
     ("contrast_float", 1e-6), ("hue", 1), ("hue_fed", 1), ("hue_float", 1e-6),
+    ("transpose", 0), ("transpose_reversed", 0), ("transpose_float", 0), ("reshape_shape", 0),
+    ("reshape_rel_shape", 0), ("reshape_src_dims", 0), ("reshape_src_dims_rel", 0),
+    ("reshape_fed", 0), ("cat", 0), ("cat_axis_name", 0), ("cat_three", 0), ("stack", 0),
+    ("stack_interleave", 0), ("stack_negative", 0),
 )
 
 
@@ -61,10 +66,31 @@ def graphs(fn: Any, types: Any, source: Any, fed: Callable[[str], Any]
         "hue": lambda: fn.hue(source(), hue=37.0),
         "hue_fed": lambda: fn.hue(source(), hue=fed("hues")),
         "hue_float": lambda: fn.hue(as_float(), hue=-120.0),
+        "transpose": lambda: fn.transpose(source(), perm=[2, 0, 1]),
+        "transpose_reversed": lambda: fn.transpose(source()),
+        "transpose_float": lambda: fn.transpose(as_float(), perm=[1, 0, 2],
+                                                transpose_layout=False),
+        "reshape_shape": lambda: fn.reshape(source(), shape=[-1, 3]),
+        "reshape_rel_shape": lambda: fn.reshape(fn.crop(source(), crop=(24, 30)),
+                                                rel_shape=[0.5, -1]),
+        "reshape_src_dims": lambda: fn.reshape(source(), src_dims=[-1, 1, 0, 2],
+                                               layout="FWHC"),
+        "reshape_src_dims_rel": lambda: fn.reshape(
+            fn.crop(source(), crop=(24, 30)), src_dims=[2, 0, 1], rel_shape=[2.0, 0.5, 1.0]),
+        "reshape_fed": lambda: fn.reshape(fn.crop(source(), crop=(24, 30)), fed("shapes")),
+        "cat": lambda: fn.cat(source(), source()),
+        "cat_axis_name": lambda: fn.cat(source(), fn.flip(source()), axis_name="C"),
+        "cat_three": lambda: fn.cat(source(), source(), fn.flip(source()), axis=-2),
+        "stack": lambda: fn.stack(source(), fn.flip(source())),
+        "stack_interleave": lambda: fn.stack(source(), fn.flip(source()), axis=3,
+                                             axis_name="F"),
+        "stack_negative": lambda: fn.stack(source(), source(), fn.flip(source()), axis=-1),
     }
 
 
-_FED = {"factors": [np.float32(v) for v in FACTORS], "hues": [np.float32(v) for v in HUES]}
+_FED: dict[str, list[np.ndarray]] = {
+    "factors": [np.float32(v) for v in FACTORS], "hues": [np.float32(v) for v in HUES],
+    "shapes": [np.array(s, dtype=np.int32) for s in SHAPES]}
 
 
 def run_dali(out: Path) -> None:
@@ -100,6 +126,10 @@ def sample_hue(info: Any) -> np.ndarray:
     return _FED["hues"][info.idx_in_epoch % BATCH]
 
 
+def sample_shape(info: Any) -> np.ndarray:
+    return _FED["shapes"][info.idx_in_epoch % BATCH]
+
+
 def run_conveyor() -> dict[str, list[np.ndarray]]:
     import conveyor_server
     from conveyor import fn, pipeline_def, types
@@ -107,7 +137,7 @@ def run_conveyor() -> dict[str, list[np.ndarray]]:
     def source() -> Any:
         return fn.external_source(source=sample_image, batch=False, layout="HWC")
 
-    by_name = {"factors": sample_factor, "hues": sample_hue}
+    by_name = {"factors": sample_factor, "hues": sample_hue, "shapes": sample_shape}
 
     def fed(name: str) -> Any:
         return fn.external_source(source=by_name[name], batch=False)

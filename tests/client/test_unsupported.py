@@ -20,7 +20,7 @@ PORTING = "see docs/porting-from-dali.md"
 
 
 @pytest.mark.parametrize(("probe", "message"), [
-    (lambda: fn.rotat, r"fn\.rotat is not supported by Conveyor \(did you mean fn\.rotate\?\)"),
+    (lambda: fn.rotatte, r"fn\.rotatte is not supported by Conveyor \(did you mean fn\.rotate\?\)"),
     (lambda: fn.warp_affine, r"fn\.warp_affine is not supported by Conveyor \(supported: "
                              r"fn\.brightness_contrast, .*fn\.readers, .*fn\.rotate\)"),
     (lambda: fn.readers.tfrecord, r"fn\.readers\.tfrecord is not supported by Conveyor "

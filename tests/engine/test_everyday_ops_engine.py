@@ -1,4 +1,5 @@
-"""DALI's everyday operators in a pipeline (brightness, contrast and hue), their per-sample
+"""DALI's everyday operators in a pipeline (brightness, contrast, hue, transpose, reshape,
+cat and stack), their per-sample
 values drawn by random operators: exact resume (the shared save/restore property) and a
 stream that does not depend on threads or prefetch."""
 
@@ -31,7 +32,11 @@ def everyday(root: str, **options: Any) -> Any:
         contrasted = fn.contrast(bright, contrast=fn.random.uniform(range=(0.2, 1.8)),
                                  dtype=types.FLOAT)
         hued = fn.hue(images, hue=fn.random.uniform(range=(-180.0, 180.0)))
-        return bright, contrasted, hued, labels
+        chw = fn.transpose(hued, perm=[2, 0, 1])
+        joined = fn.cat(chw, fn.transpose(bright, perm=[2, 0, 1]), axis_name="C")
+        flat = fn.reshape(joined, shape=[6, -1])
+        stacked = fn.stack(images, hued, bright, axis=3, axis_name="F")
+        return bright, contrasted, hued, flat, stacked, labels
 
     return pipeline()
 
@@ -53,3 +58,4 @@ def test_everyday_operators_do_not_depend_on_threads_or_prefetch(
     hued = [np.ascontiguousarray(s).tobytes() for batch in first for s in batch[2]]
     assert len(set(hued)) == len(hued)  # a hue of its own per sample
     assert first[0][1][0].dtype == np.float32 and first[0][0][0].dtype == np.uint8
+    assert first[0][3][0].shape == (6, 20 * 26) and first[0][4][0].shape == (20, 26, 3, 3)
