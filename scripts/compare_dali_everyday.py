@@ -89,7 +89,8 @@ def graphs(fn: Any, types: Any, source: Any, fed: Callable[[str], Any]
 
 
 _FED: dict[str, list[np.ndarray]] = {
-    "factors": [np.float32(v) for v in FACTORS], "hues": [np.float32(v) for v in HUES],
+    "factors": [np.asarray(v, np.float32) for v in FACTORS],
+    "hues": [np.asarray(v, np.float32) for v in HUES],
     "shapes": [np.array(s, dtype=np.int32) for s in SHAPES]}
 
 
