@@ -42,6 +42,12 @@ CASES: tuple[tuple[str, float], ...] = (
     ("reshape_rel_shape", 0), ("reshape_src_dims", 0), ("reshape_src_dims_rel", 0),
     ("reshape_fed", 0), ("cat", 0), ("cat_axis_name", 0), ("cat_three", 0), ("stack", 0),
     ("stack_interleave", 0), ("stack_negative", 0),
+    # Computed statistics: a few float32 units in the last place (DALI's normalize reduces
+    # for its variance in another order than its fn.reductions, whose order Conveyor uses).
+    ("normalize", 1e-6), ("normalize_axes", 1e-6), ("normalize_names_ddof", 1e-6),
+    ("normalize_given", 0), ("normalize_fed", 0), ("normalize_uint8", 0),
+    ("normalize_epsilon_int16", 1), ("normalize_mean_only", 1e-6),
+    ("normalize_float_input", 1e-6),
 )
 
 
@@ -85,13 +91,27 @@ def graphs(fn: Any, types: Any, source: Any, fed: Callable[[str], Any]
         "stack_interleave": lambda: fn.stack(source(), fn.flip(source()), axis=3,
                                              axis_name="F"),
         "stack_negative": lambda: fn.stack(source(), source(), fn.flip(source()), axis=-1),
+        "normalize": lambda: fn.normalize(source()),
+        "normalize_axes": lambda: fn.normalize(source(), axes=[0, 1]),
+        "normalize_names_ddof": lambda: fn.normalize(source(), axis_names="HW", ddof=1),
+        "normalize_given": lambda: fn.normalize(source(), mean=120.0, stddev=57.5),
+        "normalize_fed": lambda: fn.normalize(source(), mean=fed("means"),
+                                              stddev=fed("stddevs"), scale=2.0),
+        "normalize_uint8": lambda: fn.normalize(source(), axes=[0, 1], scale=64.0,
+                                                shift=128.0, dtype=types.UINT8),
+        "normalize_epsilon_int16": lambda: fn.normalize(source(), axis_names="W", epsilon=4.0,
+                                                        scale=1000.0, dtype=types.INT16),
+        "normalize_mean_only": lambda: fn.normalize(source(), mean=100.0, axes=[0]),
+        "normalize_float_input": lambda: fn.normalize(as_float(), axes=[1], shift=0.5),
     }
 
 
 _FED: dict[str, list[np.ndarray]] = {
     "factors": [np.asarray(v, np.float32) for v in FACTORS],
     "hues": [np.asarray(v, np.float32) for v in HUES],
-    "shapes": [np.array(s, dtype=np.int32) for s in SHAPES]}
+    "shapes": [np.array(s, dtype=np.int32) for s in SHAPES],
+    "means": [np.array([[[m, m + 20, m - 30]]], np.float32) for m in (100.0, 90.0, 140.0, 120.0)],
+    "stddevs": [np.array([[[s, s + 7, s - 9]]], np.float32) for s in (50.0, 33.0, 61.5, 20.0)]}
 
 
 def run_dali(out: Path) -> None:
@@ -127,6 +147,14 @@ def sample_hue(info: Any) -> np.ndarray:
     return _FED["hues"][info.idx_in_epoch % BATCH]
 
 
+def sample_mean(info: Any) -> np.ndarray:
+    return _FED["means"][info.idx_in_epoch % BATCH]
+
+
+def sample_stddev(info: Any) -> np.ndarray:
+    return _FED["stddevs"][info.idx_in_epoch % BATCH]
+
+
 def sample_shape(info: Any) -> np.ndarray:
     return _FED["shapes"][info.idx_in_epoch % BATCH]
 
@@ -138,7 +166,8 @@ def run_conveyor() -> dict[str, list[np.ndarray]]:
     def source() -> Any:
         return fn.external_source(source=sample_image, batch=False, layout="HWC")
 
-    by_name = {"factors": sample_factor, "hues": sample_hue, "shapes": sample_shape}
+    by_name = {"factors": sample_factor, "hues": sample_hue, "shapes": sample_shape,
+               "means": sample_mean, "stddevs": sample_stddev}
 
     def fed(name: str) -> Any:
         return fn.external_source(source=by_name[name], batch=False)

@@ -1,5 +1,5 @@
 """DALI's everyday operators in a pipeline (brightness, contrast, hue, transpose, reshape,
-cat and stack), their per-sample
+cat, stack and normalize), their per-sample
 values drawn by random operators: exact resume (the shared save/restore property) and a
 stream that does not depend on threads or prefetch."""
 
@@ -36,7 +36,9 @@ def everyday(root: str, **options: Any) -> Any:
         joined = fn.cat(chw, fn.transpose(bright, perm=[2, 0, 1]), axis_name="C")
         flat = fn.reshape(joined, shape=[6, -1])
         stacked = fn.stack(images, hued, bright, axis=3, axis_name="F")
-        return bright, contrasted, hued, flat, stacked, labels
+        normalized = fn.normalize(hued, axis_names="HW", scale=64.0, shift=128.0,
+                                  dtype=types.UINT8)
+        return bright, contrasted, hued, flat, stacked, normalized, labels
 
     return pipeline()
 
