@@ -9,6 +9,11 @@ pipeline's worker processes (``py_num_workers``), ``prefetch_queue_depth`` batch
 neither changes a byte, so a checkpoint restores with other values of them (the spec
 records them; the fingerprint leaves them out). ``no_copy`` changes nothing here.
 
+``random.choice``: a random draw per sample (keyed by the global sample index, as the
+other ``random.*`` operators) from ``a``, given as DALI's first input or by name: a
+constant list of values, or one integer ``n`` for ``0 .. n-1`` (a list of one whole number
+reads as ``n``: the argument records both as a list).
+
 ``decoders.image_slice``: inputs ``data`` (encoded image), ``anchor`` and ``shape`` (one
 number per axis of ``axis_names``, else ``axes``).
 """
@@ -32,6 +37,18 @@ def source_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 SOURCE_SCHEMAS = {
+    "random.choice": OpSchema(
+        0, ("values",),
+        {"a": Arg("floats", required=True), "p": Arg("floats", minimum=0, maximum=1),
+         "shape": Arg("ints", default=(), minimum=0), **SEED_ARGS},
+        input_args=("a",),
+        doc="Draws `shape` values per sample (one when `shape` is not given) from `a`: a "
+            "constant list, or an integer `n` for `0 .. n-1`, with the probabilities `p` "
+            "(one per value, summing to 1; unset: equal). The output is int32 when every "
+            "value of `a` is a whole number, else float32 (DALI: the type of `a`). Draws are "
+            "keyed by the pipeline's seed, the operator and the global sample index: the "
+            "same on every server and thread count, though not DALI's numbers.",
+    ),
     "external_source": OpSchema(
         0,
         ("output0",),

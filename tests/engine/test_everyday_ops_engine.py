@@ -1,5 +1,5 @@
 """DALI's everyday operators in a pipeline (brightness, contrast, hue, transpose, reshape,
-cat, stack and normalize), their per-sample
+cat, stack, normalize and random.choice), their per-sample
 values drawn by random operators: exact resume (the shared save/restore property) and a
 stream that does not depend on threads or prefetch."""
 
@@ -36,7 +36,8 @@ def everyday(root: str, **options: Any) -> Any:
         joined = fn.cat(chw, fn.transpose(bright, perm=[2, 0, 1]), axis_name="C")
         flat = fn.reshape(joined, shape=[6, -1])
         stacked = fn.stack(images, hued, bright, axis=3, axis_name="F")
-        normalized = fn.normalize(hued, axis_names="HW", scale=64.0, shift=128.0,
+        turned = fn.hue(images, hue=fn.random.choice([-90.0, 0.5, 90.0], p=[0.25, 0.25, 0.5]))
+        normalized = fn.normalize(turned, axis_names="HW", scale=64.0, shift=128.0,
                                   dtype=types.UINT8)
         return bright, contrasted, hued, flat, stacked, normalized, labels
 
