@@ -14,6 +14,11 @@ other ``random.*`` operators) from ``a``, given as DALI's first input or by name
 constant list of values, or one integer ``n`` for ``0 .. n-1`` (a list of one whole number
 reads as ``n``: the argument records both as a list).
 
+``python_function``: ``function`` names a ``"module:function"`` callable, as
+``external_source``'s ``source`` (a server calls only those its configuration lists in
+``external_sources``; in process any callable), run on each sample's inputs (or, with
+``batch_processing``, on lists of the batch's samples) for ``num_outputs`` outputs.
+
 ``decoders.image_slice``: inputs ``data`` (encoded image), ``anchor`` and ``shape`` (one
 number per axis of ``axis_names``, else ``axes``).
 """
@@ -36,7 +41,27 @@ def source_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"output{i}" for i in range(max(1, args["num_outputs"])))
 
 
+def function_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(f"output{i}" for i in range(args["num_outputs"]))
+
+
 SOURCE_SCHEMAS = {
+    "python_function": OpSchema(
+        0, ("output0",),
+        {"function": Arg("str", required=True),
+         "num_outputs": Arg("int", default=1, minimum=0, maximum=MAX_SOURCE_OUTPUTS),
+         "batch_processing": Arg("bool", default=False),
+         "output_layouts": Arg("strings"), **SEED_ARGS},
+        max_inputs=MAX_SOURCE_OUTPUTS, outputs_by=function_outputs,
+        doc="Runs a Python function on its inputs' samples (numpy arrays; with "
+            "`batch_processing=True`, lists of the batch's samples, returned as lists): one "
+            "array per output, `num_outputs` of them (a tuple when more than one). A spec "
+            "names the function `\"module:function\"`: a server runs only the functions its "
+            "configuration lists in `external_sources`, in process any callable. The "
+            "function must be pure (its outputs follow from its inputs alone): resume and "
+            "the stream's identity take its name for its behaviour, so keeping it pure, "
+            "and its name for one behaviour, is the user's part.",
+    ),
     "random.choice": OpSchema(
         0, ("values",),
         {"a": Arg("floats", required=True), "p": Arg("floats", minimum=0, maximum=1),
