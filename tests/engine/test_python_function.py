@@ -91,3 +91,17 @@ def test_spec_names_the_function_and_a_server_registry_refuses_others() -> None:
     assert found.__name__ == "probe_function"
     with pytest.raises(SpecError, match="function.*is required"):
         fn.python_function(function=None)
+
+
+def test_a_pipeline_with_a_servers_registry_runs_only_registered_functions(data: Path) -> None:
+    @pipeline_def(batch_size=2, seed=1)
+    def named() -> Any:
+        jpegs, _ = fn.readers.file(file_root=str(data))
+        return fn.python_function(fn.decoders.image(jpegs), function=PROBE)
+
+    spec = named()
+    with pytest.raises(SpecError, match="'function'.*not registered on this server"):
+        Pipeline(spec, sources=ExternalSources({}))
+    with Pipeline(spec, sources=ExternalSources.configured([PROBE])) as pipe:
+        (out,) = pipe.run()
+        assert np.asarray(out[0]).dtype == np.int32
