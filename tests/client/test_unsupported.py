@@ -32,7 +32,7 @@ PORTING = "see docs/porting-from-dali.md"
     (lambda: fn.math.sqr, r"fn\.math\.sqr is not supported by Conveyor \(did you mean "
                           r"fn\.math\.sqrt\?\)"),
     (lambda: fn.random.beta, r"fn\.random\.beta is not supported .*supported: "
-                             r"fn\.random\.coin_flip"),
+                             r"fn\.random\.choice, fn\.random\.coin_flip"),
     (lambda: fn.experimental.decoders, r"fn\.experimental is not supported"),
     (lambda: conveyor.fn.noise, r"fn\.noise is not supported by Conveyor"),
 ])
