@@ -1,6 +1,6 @@
-"""The colour operators' schemas: ``brightness_contrast``, ``hsv``, ``color_twist``,
-``saturation`` and ``equalize`` (part of ``schema.SCHEMAS``), with DALI's argument names
-and defaults."""
+"""The colour operators' schemas: ``brightness_contrast``, ``brightness``, ``contrast``,
+``hsv``, ``hue``, ``color_twist``, ``saturation`` and ``equalize`` (part of
+``schema.SCHEMAS``), with DALI's argument names and defaults."""
 
 from __future__ import annotations
 
@@ -27,6 +27,32 @@ COLOR_SCHEMAS = {
          # Unset: half the input type's range (128 for uint8, 0.5 for floats), as DALI.
          "contrast_center": Arg("float", tensor=True)},
         devices=CPU_GPU,
+    ),
+    "brightness": OpSchema(
+        1, ("images",), _color("brightness", "brightness_shift"), devices=CPU_GPU,
+        doc="Scales each value by `brightness` and adds `brightness_shift` times the output "
+            "type's range (1 for floats, 255 for uint8), in float, rounded to the output "
+            "type (`dtype`, unset: the input's): `brightness_contrast` with `contrast` 1.",
+    ),
+    "contrast": OpSchema(
+        1, ("images",),
+        {**_color("contrast"),
+         # Unset: half the input type's range (128 for uint8, 0.5 for floats), as DALI.
+         "contrast_center": Arg("float", tensor=True)},
+        devices=CPU_GPU,
+        doc="Stretches values away from `contrast_center` (unset: half the input type's "
+            "range, 128 for uint8, 0.5 for floats) by `contrast`: `(v - center) * contrast + "
+            "center`, in float, rounded to the output type: `brightness_contrast` with "
+            "`brightness` 1.",
+    ),
+    "hue": OpSchema(
+        1, ("images",), {**_color("hue"), "image_type": Arg("enum", default="RGB",
+                                                            choices=("RGB",))},
+        devices=CPU_GPU,
+        doc="Turns the hue of RGB images by `hue` degrees: the pixel goes to YIQ, its (I, Q) "
+            "plane turns, and it comes back to RGB, in float, rounded to the output type "
+            "(`dtype`, unset: the input's); as `fn.saturation`, the way back is the exact "
+            "inverse of the RGB-to-YIQ matrix (DALI 2.4's).",
     ),
     "hsv": OpSchema(1, ("images",), _color("hue", "saturation", "value", dtype="uint8"),
                     devices=CPU_GPU),

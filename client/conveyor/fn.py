@@ -5,8 +5,9 @@ Each call records one operator in the pipeline being defined and returns its out
 operator of ``conveyor.schema.SCHEMAS`` is here, made from its schema: ``rotate`` as
 ``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix), and
 under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
-``external_source`` is wrapped to take a callable, ``readers.tfrecord`` to take DALI's
-``features`` dict (``conveyor.tfrecord``) and return its outputs by feature name.
+``external_source`` and ``python_function`` are wrapped to take a callable,
+``readers.tfrecord`` to take DALI's ``features`` dict (``conveyor.tfrecord``) and return
+its outputs by feature name.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def _declared_ops() -> dict[str, Any]:
 
 _OPS = _declared_ops()
 _external_source = _OPS.pop("external_source")
+_python_function = _OPS.pop("python_function")
 _tfrecord = _OPS["readers"].tfrecord
 
 
@@ -86,7 +88,7 @@ _OPS["readers"].tfrecord = _readers_tfrecord
 
 def _full_names() -> list[str]:
     """Every name ``fn`` holds, in full (``rotate``, ``readers.file``, ``math.sqrt``)."""
-    names = {"external_source"}
+    names = {"external_source", "python_function"}
     for key, value in _OPS.items():
         if isinstance(value, Namespace):
             names.update(f"{key}.{name}" for name in dir(value))
@@ -111,6 +113,26 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_OPS])
+
+
+def python_function(*inputs: Any, function: Any = None, num_outputs: int = 1,
+                    **kwargs: Any) -> Any:
+    """DALI's ``fn.python_function``: ``function`` is a callable or its
+    ``"module:function"`` name, run on each sample's inputs (``batch_processing=True``: on
+    lists of the batch's samples). A spec carries the name only: a server runs the
+    functions its configuration lists (``external_sources``); an in-process ``Pipeline``
+    runs the callable given here. Keeping it pure is the caller's part: its name stands for
+    its behaviour."""
+    if function is None:
+        raise SpecError("python_function", "function", "is required: a callable, or its "
+                        "'module:function' name")
+    if callable(function):
+        name = sources.remember(function)
+    else:
+        name = function
+        if isinstance(name, str):
+            sources.check_name(name, "python_function: argument 'function'")
+    return _python_function(*inputs, function=name, num_outputs=num_outputs, **kwargs)
 
 
 def external_source(source: Any = None, num_outputs: int | None = None, **kwargs: Any) -> Any:

@@ -1,5 +1,6 @@
-"""The reduction operators' schemas (part of ``schema.SCHEMAS``): DALI's ``fn.reductions``,
-with its argument names and defaults.
+"""The reduction operators' schemas (part of ``schema.SCHEMAS``): DALI's ``fn.reductions``
+and ``fn.normalize`` (which reduces for its statistics), with DALI's argument names and
+defaults.
 
 Each reduces every sample on its own, over ``axes`` (indices, negative from the end) or
 ``axis_names`` (letters of the input's layout; the two are exclusive), all axes when neither
@@ -20,7 +21,7 @@ it is refused with a reason: every sample here is reduced on its own.
 
 from __future__ import annotations
 
-from conveyor.schema_args import Arg, OpSchema
+from conveyor.schema_args import SEED_ARGS, Arg, OpSchema
 
 #: The input types the reductions take.
 REDUCTION_INPUTS = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
@@ -65,4 +66,26 @@ def _schema(kind: str) -> OpSchema:
     return OpSchema(1, ("output",), {**_AXES, **_DTYPE})
 
 
-REDUCTION_SCHEMAS = {f"reductions.{kind}": _schema(kind) for kind in REDUCTION_TYPES}
+#: The output types of ``normalize``.
+NORMALIZE_TYPES = ("float32", "uint8", "int8", "uint16", "int16", "int32", "float16")
+
+REDUCTION_SCHEMAS = {
+    **{f"reductions.{kind}": _schema(kind) for kind in REDUCTION_TYPES},
+    "normalize": OpSchema(
+        1, ("output",),
+        {"mean": Arg("float", tensor=True), "stddev": Arg("float", tensor=True, minimum=0),
+         "axes": Arg("ints"), "axis_names": Arg("str"),
+         "batch": Arg("bool", default=False),
+         "ddof": Arg("int", default=0, minimum=0),
+         "epsilon": Arg("float", default=0.0, minimum=0),
+         "scale": Arg("float", default=1.0), "shift": Arg("float", default=0.0),
+         "dtype": Arg("enum", default="float32", choices=NORMALIZE_TYPES), **SEED_ARGS},
+        doc="`scale * (x - mean) / stddev + shift`, each sample on its own. `mean` and "
+            "`stddev` given (a number, or fed per sample: a number or an array that "
+            "broadcasts against the sample), or computed over `axes` / `axis_names` (all "
+            "axes when neither is given) as `fn.reductions.mean` and `std_dev` compute them, "
+            "`ddof` the delta degrees of freedom, `epsilon` added to the variance. An "
+            "integer `dtype` rounds and clamps. `batch=True` (statistics over the whole "
+            "batch) is refused.",
+    ),
+}

@@ -6,7 +6,7 @@ it and registers builders, GPU planners and probes against it; the operator refe
 generated from it (``SCHEMAS`` and ``schema_of`` are the public way to read it).
 ``decode_args`` turns an ``OpSpec``'s arguments back into Python values, defaults filled in.
 Schemas also live in the ``*_schemas`` modules beside this one: readers, colour, geometry
-(``warp_affine``), expressions, sources, ``reductions.*`` and ``transforms.*``.
+(``warp_affine``), layout, expressions, sources, ``reductions.*`` and ``transforms.*``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from conveyor import output_sizes, schema_args
 from conveyor.color_schemas import COLOR_SCHEMAS
 from conveyor.errors import SpecError
 from conveyor.geometry_schemas import GEOMETRY_SCHEMAS
+from conveyor.layout_schemas import LAYOUT_SCHEMAS
 from conveyor.math_schemas import MATH_SCHEMAS
 from conveyor.reader_schemas import READER_ORDER, READER_SCHEMAS
 from conveyor.reduction_schemas import REDUCTION_SCHEMAS
@@ -181,7 +182,7 @@ SCHEMAS: dict[str, OpSchema] = {
     **COLOR_SCHEMAS,
     **SOURCE_SCHEMAS,
     **MATH_SCHEMAS,
-    **REDUCTION_SCHEMAS, **TRANSFORM_SCHEMAS,
+    **REDUCTION_SCHEMAS, **TRANSFORM_SCHEMAS, **LAYOUT_SCHEMAS,
     "crop": OpSchema(
         1,
         ("images",),

@@ -9,6 +9,16 @@ pipeline's worker processes (``py_num_workers``), ``prefetch_queue_depth`` batch
 neither changes a byte, so a checkpoint restores with other values of them (the spec
 records them; the fingerprint leaves them out). ``no_copy`` changes nothing here.
 
+``random.choice``: a random draw per sample (keyed by the global sample index, as the
+other ``random.*`` operators) from ``a``, given as DALI's first input or by name: a
+constant list of values, or one integer ``n`` for ``0 .. n-1`` (a list of one whole number
+reads as ``n``: the argument records both as a list).
+
+``python_function``: ``function`` names a ``"module:function"`` callable, as
+``external_source``'s ``source`` (a server calls only those its configuration lists in
+``external_sources``; in process any callable), run on each sample's inputs (or, with
+``batch_processing``, on lists of the batch's samples) for ``num_outputs`` outputs.
+
 ``decoders.image_slice``: inputs ``data`` (encoded image), ``anchor`` and ``shape`` (one
 number per axis of ``axis_names``, else ``axes``).
 """
@@ -31,7 +41,39 @@ def source_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"output{i}" for i in range(max(1, args["num_outputs"])))
 
 
+def function_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(f"output{i}" for i in range(args["num_outputs"]))
+
+
 SOURCE_SCHEMAS = {
+    "python_function": OpSchema(
+        0, ("output0",),
+        {"function": Arg("str", required=True),
+         "num_outputs": Arg("int", default=1, minimum=0, maximum=MAX_SOURCE_OUTPUTS),
+         "batch_processing": Arg("bool", default=False),
+         "output_layouts": Arg("strings"), **SEED_ARGS},
+        max_inputs=MAX_SOURCE_OUTPUTS, outputs_by=function_outputs,
+        doc="Runs a Python function on its inputs' samples (numpy arrays; with "
+            "`batch_processing=True`, lists of the batch's samples, returned as lists): one "
+            "array per output, `num_outputs` of them (a tuple when more than one). A spec "
+            "names the function `\"module:function\"`: a server runs only the functions its "
+            "configuration lists in `external_sources`, in process any callable. The "
+            "function must be pure (its outputs follow from its inputs alone): resume and "
+            "the stream's identity take its name for its behaviour, so keeping it pure, "
+            "and its name for one behaviour, is the user's part.",
+    ),
+    "random.choice": OpSchema(
+        0, ("values",),
+        {"a": Arg("floats", required=True), "p": Arg("floats", minimum=0, maximum=1),
+         "shape": Arg("ints", default=(), minimum=0), **SEED_ARGS},
+        input_args=("a",),
+        doc="Draws `shape` values per sample (one when `shape` is not given) from `a`: a "
+            "constant list, or an integer `n` for `0 .. n-1`, with the probabilities `p` "
+            "(one per value, summing to 1; unset: equal). The output is int32 when every "
+            "value of `a` is a whole number, else float32 (DALI: the type of `a`). Draws are "
+            "keyed by the pipeline's seed, the operator and the global sample index: the "
+            "same on every server and thread count, though not DALI's numbers.",
+    ),
     "external_source": OpSchema(
         0,
         ("output0",),

@@ -20,7 +20,7 @@ PORTING = "see docs/porting-from-dali.md"
 
 
 @pytest.mark.parametrize(("probe", "message"), [
-    (lambda: fn.rotat, r"fn\.rotat is not supported by Conveyor \(did you mean fn\.rotate\?\)"),
+    (lambda: fn.rotatte, r"fn\.rotatte is not supported by Conveyor \(did you mean fn\.rotate\?\)"),
     (lambda: fn.jitter, r"fn\.jitter is not supported by Conveyor \(supported: "
                         r"fn\..*, fn\.readers, .*fn\.rotate, .*\)"),
     (lambda: fn.readers.video, r"fn\.readers\.video is not supported by Conveyor "
@@ -31,7 +31,7 @@ PORTING = "see docs/porting-from-dali.md"
     (lambda: fn.math.sqr, r"fn\.math\.sqr is not supported by Conveyor \(did you mean "
                           r"fn\.math\.sqrt\?\)"),
     (lambda: fn.random.beta, r"fn\.random\.beta is not supported .*supported: "
-                             r"fn\.random\.coin_flip"),
+                             r"fn\.random\.choice, fn\.random\.coin_flip"),
     (lambda: fn.experimental.decoders, r"fn\.experimental\.decoders is not supported"),
     (lambda: conveyor.fn.noise, r"fn\.noise is not supported by Conveyor"),
 ])

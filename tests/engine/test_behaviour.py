@@ -48,7 +48,8 @@ def test_probe_cases_run_without_errors_in_every_form(op_type: str) -> None:
                 if isinstance(op, registry.SampleOp):
                     outs = [op.fn(inputs, targs)[0] for inputs, targs in case.samples]
                 else:
-                    batch = [[s[0][0] for s in case.samples]]
+                    batch = [[s[0][i] for s in case.samples]
+                             for i in range(len(case.samples[0][0]))]
                     targs = {k: [s[1][k] for s in case.samples] for k in case.samples[0][1]}
                     outs = list(op.fn(batch, targs)[0])
                 assert len(outs) == len(case.samples) and all(o.size for o in outs)

@@ -86,10 +86,11 @@ def rand(op: str, **kw: object) -> Callable[[], SourceStage]:
     by_op: dict[str, dict[str, object]] = {
         "random.uniform": {"range": (-30.0, 30.0), "values": None},
         "random.normal": {"mean": 0.0, "stddev": 2.0},
-        "random.coin_flip": {"probability": 0.3}}
+        "random.coin_flip": {"probability": 0.3},
+        "random.choice": {"a": (2.0, 4.0, 9.0), "p": (0.2, 0.5, 0.3)}}
     defaults = by_op[op]
     args: dict[str, object] = {
-        "shape": (), "dtype": "int32" if op == "random.coin_flip" else "float32"}
+        "shape": (), "dtype": "int32" if op == "random.coin_flip" else "float32", "p": None}
     args.update(defaults)
     args.update(kw)
     return lambda: RandomStage(op, 2, args, batch_size=B, seed=12)
@@ -142,6 +143,8 @@ STAGES = {
     "uniform_values_shape": rand("random.uniform", values=(1.0, 2.0, 5.0), shape=(2, 3)),
     "normal": rand("random.normal"),
     "coin_flip": rand("random.coin_flip"),
+    "choice": rand("random.choice"),
+    "choice_n_shape": rand("random.choice", a=(6.0,), p=None, shape=(3,)),
     "external_source_samples": source("samples"),
     "external_source_batch_info": source("batches"),
     "external_source_iterations": source("iterations"),

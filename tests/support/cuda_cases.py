@@ -126,5 +126,9 @@ CASES = [
     Case("color_twist", {"dtype": "float32"}, {"hue": (45.0,), "contrast": (1.4, 0.6)},
          tolerance=1e-3, min_equal=0.0),
     Case("saturation", {}, {"saturation": (0.0, 0.4, 1.7)}, tolerance=1),
+    Case("brightness", {"brightness_shift": 0.1}, {"brightness": (0.5, 1.37)}),
+    Case("contrast", {"dtype": "float32"}, {"contrast": (1.7, 0.4)}),
+    Case("contrast", {"contrast": 1.4, "contrast_center": 90.0}),
+    Case("hue", {}, {"hue": (37.0, -120.0)}, tolerance=1),
     Case("saturation", {"saturation": 2.5, "dtype": "float32"}, tolerance=1e-3, min_equal=0.0),
 ]

@@ -6,8 +6,12 @@ module, beside its behaviour probe; what each takes is declared in its schema
   random window it shares with the window decoders;
 - ``decode/``: the image decoders (CPU, window, ``device="mixed"`` through nvImageCodec) and
   the image header parsers that bound an image before it is decoded;
-- ``color/``: brightness_contrast, hsv, color_twist and their parameters;
-- ``normalize/``: crop_mirror_normalize (per sample, per batch, by table) and cast;
+- ``color/``: brightness_contrast, brightness, contrast, hsv, hue, color_twist, saturation,
+  equalize and their parameters;
+- ``normalize/``: crop_mirror_normalize (per sample, per batch, by table), cast and
+  normalize;
+- ``layout/``: transpose, reshape, cat and stack;
+- ``python/``: python_function (the user's named function);
 - ``reductions/``: ``fn.reductions.*`` in DALI's summation order;
 - ``transforms/``: ``fn.transforms.*``, the affine matrix builders;
 - ``cuda/``: the GPU forms (planners, kernels, launches);

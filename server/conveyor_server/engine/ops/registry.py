@@ -91,6 +91,10 @@ class OpContext:
     #: The pipeline's CUDA device ordinal (``PipelineSpec.device_id``); -1: none named,
     #: the current device (0 unless the process chose another).
     device_id: int = -1
+    #: Finds the Python callable a ``python_function`` names: (name, op index, operator,
+    #: argument) to the callable, refusing one a server does not register; None: in
+    #: process, any (``engine/stages/source_callables.py``).
+    callables: Callable[[str, int, str, str], Callable[..., Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -62,10 +62,49 @@ def _coin_flip(args: Mapping[str, Any]) -> Draw:
     return flip
 
 
+def choice_table(args: Mapping[str, Any]) -> np.ndarray:
+    """The values ``random.choice`` draws from: ``a``, or ``0 .. n-1`` for one whole
+    number ``n``; int32 when every value is whole, else float32."""
+    a = np.asarray(args["a"], dtype=np.float64)
+    whole = bool(np.all(a == np.round(a)))
+    if a.size == 1 and whole:
+        if a[0] < 1:
+            raise SpecError("random.choice", "a", f"got {int(a[0])}: give n >= 1 to draw from "
+                            "0 .. n-1, or a list of values")
+        return np.arange(int(a[0]), dtype=np.int32)
+    if a.size == 0:
+        raise SpecError("random.choice", "a", "is empty: give the values to draw from")
+    return a.astype(np.int32 if whole else np.float32)
+
+
+def _choice(args: Mapping[str, Any]) -> Draw:
+    table = choice_table(args)
+    p = args["p"]
+    if p is None:
+        cdf = np.arange(1, table.size + 1, dtype=np.float64) / table.size
+    else:
+        if len(p) != table.size:
+            raise SpecError("random.choice", "p", f"has {len(p)} probabilities for "
+                            f"{table.size} values: give one per value")
+        if abs(sum(p) - 1.0) > 1e-4:
+            raise SpecError("random.choice", "p", f"sums to {sum(p):.6g}, not 1: give "
+                            "probabilities that sum to 1")
+        cdf = np.cumsum(np.asarray(p, dtype=np.float64))
+        cdf /= cdf[-1]
+
+    def choose(seed: int, op: int, idx: np.ndarray, draw: int) -> np.ndarray:
+        u = keyed_random.uniform01(seed, op, idx, draw)
+        picked = np.minimum(np.searchsorted(cdf, u, side="right"), table.size - 1)
+        return table[picked]
+
+    return choose
+
+
 DRAWS: dict[str, Callable[[Mapping[str, Any]], Draw]] = {
     "random.uniform": _uniform,
     "random.normal": _normal,
     "random.coin_flip": _coin_flip,
+    "random.choice": _choice,
 }
 
 
@@ -77,7 +116,8 @@ class RandomStage:
         self.batch_size = batch_size
         self.seed = seed
         self.shape = tuple(int(d) for d in args["shape"])
-        self.dtype = np.dtype(args["dtype"])
+        self.dtype = (choice_table(args).dtype if op_type == "random.choice"
+                      else np.dtype(args["dtype"]))
         self._draw = DRAWS[op_type](args)
         self._next = 0
 
@@ -124,7 +164,8 @@ class RandomStage:
 def _draws(op_type: str, args: Mapping[str, Any]) -> list[np.ndarray]:
     defaults = {name: a.default for name, a in schema_of(op_type).args.items()}
     out = []
-    for dtype in schema_of(op_type).args["dtype"].choices:
+    dtype_arg = schema_of(op_type).args.get("dtype")
+    for dtype in dtype_arg.choices if dtype_arg is not None else ("",):
         stage = RandomStage(op_type, 3, {**defaults, **args, "dtype": dtype},
                             batch_size=4, seed=0x5EED)
         out += [stage.draw(0, 4096), stage.draw(2**40 + 17, 64)]
@@ -145,3 +186,10 @@ def _probe_normal() -> list[np.ndarray]:
 @source_probe("random.coin_flip")
 def _probe_coin_flip() -> list[np.ndarray]:
     return _draws("random.coin_flip", {"probability": 0.3})
+
+
+@source_probe("random.choice")
+def _probe_choice() -> list[np.ndarray]:
+    return (_draws("random.choice", {"a": (5.0,), "shape": (2,)})
+            + _draws("random.choice", {"a": (0.5, 1.0, 2.5, 8.0), "p": (0.1, 0.2, 0.3, 0.4)})
+            + _draws("random.choice", {"a": (3.0, 7.0, 11.0), "p": (0.0, 0.5, 0.5)}))

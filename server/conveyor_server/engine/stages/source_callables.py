@@ -1,4 +1,5 @@
-"""Which callables a pipeline's ``external_source`` may name, and finding them.
+"""Which callables a pipeline's ``external_source`` (and ``python_function``) may name, and
+finding them.
 
 A server calls only the callables its configuration lists (``external_sources``:
 ``"module:function"`` names, imported once at start); a spec naming another is refused
@@ -39,13 +40,15 @@ class ExternalSources:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._registered or ()))
 
-    def resolve(self, name: str, op_index: int) -> Source:
-        where = f"ops[{op_index}].args.source"
+    def resolve(self, name: str, op_index: int, op: str = "external_source",
+                field: str = "source") -> Source:
+        """The callable named ``name`` in ``ops[op_index]``'s argument ``field``."""
+        where = f"ops[{op_index}].args.{field}"
         if self._registered is None:
             return names.remembered(name) or names.import_source(name, where)
         source = self._registered.get(name)
         if source is None:
-            raise SpecError("external_source", "source",
+            raise SpecError(op, field,
                             f"{name!r} ({where}) is not registered on this server: a server "
                             "calls only the callables its configuration lists in "
                             "external_sources")

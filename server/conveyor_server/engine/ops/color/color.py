@@ -1,5 +1,5 @@
-"""The colour operators: ``brightness_contrast``, ``hsv``, ``color_twist``, ``saturation``
-and ``equalize``.
+"""The colour operators: ``brightness_contrast``, ``brightness``, ``contrast``, ``hsv``,
+``hue``, ``color_twist``, ``saturation`` and ``equalize``.
 
 Semantics follow NVIDIA DALI's operators of the same names (their parameters are in
 ``color_params.py``). Images are HWC; ``hsv``, ``color_twist`` and ``saturation`` take 3
@@ -54,10 +54,23 @@ def check_color_input(ctx: OpContext, image: Any, rgb: bool) -> None:
 ColorParams = Callable[[Targs, np.dtype, np.dtype], np.ndarray]
 
 
+def _one(targs: Targs) -> float:
+    return 1.0
+
+
+def _zero(targs: Targs) -> float:
+    return 0.0
+
+
 def brightness_contrast_params(ctx: OpContext) -> ColorParams:
-    """(mul, add), float32: ``out = in * mul + add``."""
-    brightness, shift, contrast = _getters(ctx, "brightness", "brightness_shift", "contrast")
-    center_given = ctx.args["contrast_center"] is not None or "contrast_center" in ctx.tensor_args
+    """(mul, add), float32: ``out = in * mul + add``; ``brightness`` and ``contrast`` are
+    this with the other's arguments at their neutral values."""
+    args = ctx.args
+    brightness, shift, contrast = (scalar_arg(ctx, name) if name in args else neutral
+                                   for name, neutral in (("brightness", _one),
+                                                         ("brightness_shift", _zero),
+                                                         ("contrast", _one)))
+    center_given = args.get("contrast_center") is not None or "contrast_center" in ctx.tensor_args
     center = scalar_arg(ctx, "contrast_center") if center_given else None
 
     def params(targs: Targs, in_dtype: np.dtype, out_dtype: np.dtype) -> np.ndarray:
@@ -75,6 +88,12 @@ def hsv_params(ctx: OpContext) -> ColorParams:
     hue, saturation, value = _getters(ctx, "hue", "saturation", "value")
     return lambda targs, in_dtype, out_dtype: _affine(
         color_params.hsv_matrix(hue(targs), saturation(targs), value(targs)), 0.0)
+
+
+def hue_params(ctx: OpContext) -> ColorParams:
+    """The 3x4 affine map of RGB pixels, float32, as DALI computes ``hue``."""
+    hue = scalar_arg(ctx, "hue")
+    return lambda targs, in_dtype, out_dtype: _affine(color_params.hue_matrix(hue(targs)), 0.0)
 
 
 def color_twist_params(ctx: OpContext) -> ColorParams:
@@ -98,6 +117,8 @@ def _affine(matrix: np.ndarray, offset: float) -> np.ndarray:
 
 
 @register("brightness_contrast")
+@register("brightness")
+@register("contrast")
 def build_brightness_contrast(ctx: OpContext) -> SampleOp:
     params = brightness_contrast_params(ctx)
 
@@ -128,6 +149,11 @@ def _matrix_op(ctx: OpContext, params: ColorParams) -> SampleOp:
 @register("hsv")
 def build_hsv(ctx: OpContext) -> SampleOp:
     return _matrix_op(ctx, hsv_params(ctx))
+
+
+@register("hue")
+def build_hue(ctx: OpContext) -> SampleOp:
+    return _matrix_op(ctx, hue_params(ctx))
 
 
 @register("color_twist")
@@ -183,6 +209,29 @@ def _brightness_contrast(variant: str) -> list[Case]:
              _color_samples(fed)),
         Case({"brightness": 2.5, "contrast": 1.7, "dtype": "uint8"}, _color_samples({})),
     ]
+
+
+@op_probe("brightness")
+def _brightness(variant: str) -> list[Case]:
+    return [Case({}, _color_samples({"brightness": f32(1.3)})),
+            Case({"brightness": 0.7, "brightness_shift": 0.2}, _color_samples({})),
+            Case({"dtype": "float32"}, _color_samples({"brightness_shift": f32(-0.1)})),
+            Case({"brightness": 2.5, "dtype": "uint8"}, _color_samples({}))]
+
+
+@op_probe("contrast")
+def _contrast(variant: str) -> list[Case]:
+    return [Case({}, _color_samples({"contrast": f32(0.6)})),
+            Case({"contrast": 1.7, "contrast_center": 100.0}, _color_samples({})),
+            Case({"dtype": "float32"}, _color_samples({"contrast_center": f32(0.25)})),
+            Case({"contrast": 0.0, "dtype": "int16"}, _color_samples({}))]
+
+
+@op_probe("hue")
+def _hue(variant: str) -> list[Case]:
+    return [Case({}, _color_samples({"hue": f32(-47.5)})),
+            Case({"hue": 200.0, "dtype": "float32"}, _color_samples({})),
+            Case({"hue": 90.0, "dtype": "uint8"}, _color_samples({}))]
 
 
 @op_probe("hsv")

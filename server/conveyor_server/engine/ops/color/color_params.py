@@ -60,6 +60,16 @@ def saturation_matrix(saturation: float) -> np.ndarray:
     return np.linalg.solve(RGB_TO_YIQ, np.diag([1.0, saturation, saturation]) @ RGB_TO_YIQ)
 
 
+def hue_matrix(hue: float) -> np.ndarray:
+    """The 3x3 RGB matrix of DALI's ``hue``: the (I, Q) plane turned by ``hue`` degrees,
+    back to RGB through the exact inverse of ``RGB_TO_YIQ`` (DALI 2.4's, as
+    ``saturation_matrix``)."""
+    rad = hue * math.pi / 180.0
+    c, s = math.cos(rad), math.sin(rad)
+    turn = np.array([[1.0, 0.0, 0.0], [0.0, c, s], [0.0, -s, c]])
+    return np.linalg.solve(RGB_TO_YIQ, turn @ RGB_TO_YIQ)
+
+
 def color_twist(hue: float, saturation: float, value: float, brightness: float,
                 contrast: float, half: float) -> tuple[np.ndarray, float]:
     """(matrix, offset) with ``out = matrix @ rgb + offset``, as DALI's ``color_twist``."""

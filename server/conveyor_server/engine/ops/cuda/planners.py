@@ -357,15 +357,20 @@ def cast_planner(ctx: OpContext) -> Planner:
 
 
 @gpu_planner("brightness_contrast")
+@gpu_planner("brightness")
+@gpu_planner("contrast")
 @gpu_planner("hsv")
+@gpu_planner("hue")
 @gpu_planner("color_twist")
 @gpu_planner("saturation")
 def color_planner(ctx: OpContext) -> Planner:
     op = ctx.op_type
-    params = {"brightness_contrast": color.brightness_contrast_params,
-              "hsv": color.hsv_params, "color_twist": color.color_twist_params,
-              "saturation": color.saturation_params}[op](ctx)
-    kind = "brightness_contrast" if op == "brightness_contrast" else "color_matrix"
+    bc = color.brightness_contrast_params
+    make = {"brightness_contrast": bc, "brightness": bc, "contrast": bc,
+            "hsv": color.hsv_params, "hue": color.hue_params,
+            "color_twist": color.color_twist_params, "saturation": color.saturation_params}[op]
+    params = make(ctx)
+    kind = "brightness_contrast" if make is bc else "color_matrix"
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
         in_dtype = _one_dtype(op, images)
