@@ -2,7 +2,9 @@
 the pipeline exchange.
 
 The process imports each source by its ``"module:function"`` name (nothing is pickled: a
-server's registered sources, or an in-process pipeline's module-level functions), says it
+server's registered sources, or an in-process pipeline's module-level functions), or, for
+an in-process closure over plain data, imports its module and rebuilds it from its
+description (``conveyor.source_closures``), says it
 is ready, then computes tasks until its pipe closes. A task is one batch's call
 (``batch=True``) or a run of consecutive samples of one batch (``batch=False``), as JSON;
 its reply is a JSON header (how it ended; each array's dtype and shape) and, for results,
@@ -24,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor import source_closures as closures
+from conveyor.errors import InvalidArgument
 from conveyor.external_source import BatchInfo, SampleInfo, Source, import_source
 from conveyor_server.engine.stages.source_results import BadResult, SourceShape
 
@@ -38,9 +42,8 @@ def main(conn: Connection, config: bytes) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a forked parent's handler: end
     try:
         held = json.loads(config)
-        sources = [(import_source(s["name"], f"parallel external source {s['name']!r}"),
-                    bool(s["batch"]), bool(s["batch_info"]), SourceShape.from_json(s["shape"]))
-                   for s in held["sources"]]
+        sources = [(_source(s), bool(s["batch"]), bool(s["batch_info"]),
+                    SourceShape.from_json(s["shape"])) for s in held["sources"]]
     except Exception as exc:  # said to the pipeline, which raises it
         conn.send_bytes(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         return
@@ -56,6 +59,18 @@ def main(conn: Connection, config: bytes) -> None:
         header, arrays = run_task(sources[task["src"]], task)
         header["id"] = task["id"]
         send_reply(conn, header, arrays)
+
+
+def _source(held: dict[str, Any]) -> Source:
+    """A source by its name, or rebuilt from its description (a closure over plain data)."""
+    where = f"parallel external source {held['name']!r}"
+    if held.get("closure") is None:
+        return import_source(held["name"], where)
+    try:
+        return closures.rebuild(held["closure"])
+    except (ImportError, LookupError) as exc:
+        raise InvalidArgument(f"{where}: cannot rebuild it: {type(exc).__name__}: {exc}") \
+            from None
 
 
 def run_task(source: tuple[Source, bool, bool, SourceShape],
