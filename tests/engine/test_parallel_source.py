@@ -242,7 +242,8 @@ def test_callables_workers_cannot_rebuild_are_refused_when_defined() -> None:
             r"pickling, so give a function defined in a module, or one made by a factory whose "
             r"variables are plain data"),
         "local closure over an object": (over_object, r"closes over 'held', a Scaled"),
-        "lambda over an object": (lambda info: held.method(info) + 1, r"<lambda>' closes over 'held'"),
+        "lambda over an object": (lambda info: held.method(info) + 1,
+                                  r"<lambda>' closes over 'held'"),
         "bound method": (held.method, r"'tests\.support\.external_sources:Scaled\.method' is "
                                       r"a bound method, which worker processes cannot rebuild"),
         "callable object": (held, r"has no module and name, so worker processes cannot "
