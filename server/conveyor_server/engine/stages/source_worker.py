@@ -20,7 +20,10 @@ dropped, as the serial stage's is.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -138,3 +141,32 @@ def receive_reply(conn: Connection) -> tuple[dict[str, Any], list[np.ndarray]]:
         arrays = [np.empty(shape, np.dtype(dtype)) for dtype, shape, _ in
                   header.get("arrays", [])]
     return header, arrays
+
+
+def _end_with(parent: int) -> None:
+    """End this process once ``parent`` is no longer its parent (it died, also by
+    ``kill -9``, while a task runs: an idle worker sees its pipe close first)."""
+    done = threading.Event()
+    while not done.wait(0.5):
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def run_child(argv: list[str]) -> None:
+    """A worker started by ``source_process.WorkerProcess``: ``FD PARENT``, its end of the
+    socket pair and its parent's pid; the config is the first message."""
+    conn = Connection(int(argv[0]))
+    parent = int(argv[1])
+    if os.getppid() != parent:
+        return
+    threading.Thread(target=_end_with, args=(parent,), daemon=True,
+                     name="conveyor-source-parent-watch").start()
+    try:
+        config = conn.recv_bytes()
+    except (EOFError, OSError):
+        return
+    main(conn, config)
+
+
+if __name__ == "__main__":
+    run_child(sys.argv[1:])

@@ -1,0 +1,66 @@
+"""Spawned workers of parallel external sources are fresh interpreters: they do not run the
+parent's main script (one without a ``__main__`` guard works), and they end when their
+parent is killed with ``kill -9``."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import sys
+from conveyor import fn, pipeline_def
+from conveyor_server import Pipeline
+
+print("top level ran", file=sys.stderr, flush=True)
+
+
+@pipeline_def(batch_size=4, seed=1, py_num_workers=2, py_start_method="spawn")
+def pipe():
+    return fn.external_source(source="tests.support.external_sources:samples", batch=False,
+                              num_outputs=2, parallel=True)
+
+
+pipeline = Pipeline(pipe())
+pipeline.run()
+print(" ".join(map(str, pipeline._plan.source_pool.pids())), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_spawned_workers_skip_the_main_script_and_end_with_a_killed_parent(
+        tmp_path: Path) -> None:
+    script = tmp_path / "no_guard.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen([sys.executable, str(script)], cwd=REPO, env=env,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as parent:
+        assert parent.stdout is not None and parent.stderr is not None
+        try:
+            line = parent.stdout.readline().decode()
+            pids = [int(p) for p in line.split()]
+            assert len(pids) == 2, (line, parent.stderr.read().decode() if not line else "")
+            watched = [os.pidfd_open(pid) for pid in pids]
+        finally:
+            parent.send_signal(signal.SIGKILL)
+            parent.wait()
+        try:
+            ended: set[int] = set()
+            while len(ended) < len(watched):
+                ready, _, _ = select.select([fd for fd in watched if fd not in ended], [], [],
+                                            30)
+                assert ready, "a worker outlived its parent by 30 s"
+                ended.update(ready)
+        finally:
+            for fd in watched:
+                os.close(fd)
+        # The workers held the parent's stderr: it closes once they are gone. The main
+        # script ran once: not again in each worker.
+        assert parent.stderr.read().decode().count("top level ran") == 1
