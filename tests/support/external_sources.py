@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -104,3 +106,10 @@ def make_held_source(held: Scaled) -> Any:
     def src(info: SampleInfo) -> np.ndarray:
         return held(info)
     return src
+
+
+def hanging(info: SampleInfo) -> np.ndarray:
+    """Says it was called (on stderr), then never returns: a worker busy for good."""
+    print("busy", file=sys.stderr, flush=True)
+    threading.Event().wait()
+    raise AssertionError("unreachable")
