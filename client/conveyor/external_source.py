@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,13 +93,22 @@ def _name_and_description(source: Source) -> tuple[str, dict[str, Any] | None]:
     except closures.NotPortable:
         with _lock:
             same = _instances.setdefault(base, [])
-            index = next((i for i, s in enumerate(same) if s is source), None)
+            index = next((i for i, s in enumerate(same) if _same(s, source)), None)
             if index is None:
                 same.append(source)
                 index = len(same) - 1
         return f"{base}~{index + 1}", None
     digest = hashlib.sha256(closures.digest_input(source, held)).hexdigest()[:16]
     return f"{base}@{digest}", held
+
+
+def _same(a: Source, b: Source) -> bool:
+    """Whether ``a`` and ``b`` are one callable: the same object, or the same method of the
+    same object (``obj.method`` makes a new bound method each time it is read)."""
+    if a is b:
+        return True
+    return (isinstance(a, types.MethodType) and isinstance(b, types.MethodType)
+            and a.__self__ is b.__self__ and a.__func__ is b.__func__)
 
 
 def definition(name: str) -> str:

@@ -281,3 +281,16 @@ def test_two_closures_of_one_factory_each_keep_their_own_values() -> None:
     assert [op.args["source"].s for op in again.spec.ops][2:] != names[2:]
     with Pipeline(again, checkpoint=checkpoint) as restored:
         assert_same_stream(after, run_batches(restored, 3), "restored")
+
+
+def test_one_object_s_method_read_twice_is_one_source() -> None:
+    held = es.Scaled()
+
+    @pipeline_def(batch_size=2, seed=1)
+    def pipeline() -> Any:
+        return (fn.external_source(source=held.method, batch=False),
+                fn.external_source(source=held.method, batch=False),
+                fn.external_source(source=es.Scaled().method, batch=False))
+    names = [op.args["source"].s for op in pipeline().spec.ops]
+    assert names[0] == names[1] != names[2]
+    assert names[0].startswith("tests.support.external_sources:Scaled.method~")

@@ -4,6 +4,7 @@ parent is killed with ``kill -9``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -69,6 +70,9 @@ def test_spawned_workers_skip_the_main_script_and_end_with_a_killed_parent(
         finally:
             for fd in watched:
                 os.close(fd)
+            for pid in pids:  # a test that failed leaves none behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         # The workers held the parent's stderr: it closes once they are gone. The main
         # script ran once: not again in each worker.
         assert (seen + parent.stderr.read().decode()).count("top level ran") == 1
