@@ -150,11 +150,24 @@ def describe(source: Callable[..., Any]) -> dict[str, Any]:
             "cells": cells, "defaults": defaults, "kwdefaults": kwdefaults}
 
 
+def _const(value: Any) -> str:
+    """A code constant as text that does not depend on string hashing (a frozenset's order
+    does)."""
+    if isinstance(value, frozenset):
+        return f"frozenset({sorted(_const(v) for v in value)})"
+    if isinstance(value, tuple):
+        return f"({', '.join(_const(v) for v in value)})"
+    return repr(value)
+
+
 def digest_input(source: Callable[..., Any], held: dict[str, Any]) -> bytes:
-    """What names a described function's definition: its description and its code's
-    bytes (the same in every process of the same Python)."""
+    """What names a described function's definition: its description, and its code's
+    bytes, constants and names (the same in every process of the same Python)."""
     code = getattr(source, "__code__", None)
-    body = code.co_code.hex() if isinstance(code, types.CodeType) else ""
+    body: list[Any] = []
+    if isinstance(code, types.CodeType):
+        body = [code.co_code.hex(), code.co_names,
+                [_const(c) for c in code.co_consts if not isinstance(c, types.CodeType)]]
     return json.dumps([held, body], sort_keys=True).encode()
 
 

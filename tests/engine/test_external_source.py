@@ -5,6 +5,9 @@ name the source."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 from conveyor import errors, fn, pipeline_def, types
-from conveyor.external_source import BatchInfo, SampleInfo
+from conveyor.external_source import BatchInfo, SampleInfo, source_name
 from conveyor_server import Pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.stages.random_ops import RandomStage
@@ -294,3 +297,15 @@ def test_one_object_s_method_read_twice_is_one_source() -> None:
     names = [op.args["source"].s for op in pipeline().spec.ops]
     assert names[0] == names[1] != names[2]
     assert names[0].startswith("tests.support.external_sources:Scaled.method~")
+
+
+def test_a_closure_over_plain_data_has_the_same_name_in_every_process() -> None:
+    code = ("from conveyor.external_source import source_name\n"
+            "from tests.support import external_sources as es\n"
+            "print(source_name(es.make_offset_source(20, 2.0, ('a', 'b'))))")
+    repo = Path(__file__).resolve().parents[2]
+    names = {subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, text=True,
+                            capture_output=True,
+                            env={**os.environ, "PYTHONPATH": str(repo), "PYTHONHASHSEED": seed}
+                            ).stdout.strip() for seed in ("1", "2")}
+    assert names == {source_name(es.make_offset_source(20, 2.0, ("a", "b")))}
