@@ -118,8 +118,9 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     or its ``"module:function"`` name. A spec carries the name only: a server calls the
     callables its configuration lists; an in-process ``Pipeline`` calls the callable given
     here. With ``num_outputs`` the callable returns a tuple and so does this. With
-    ``parallel=True`` worker processes import it by name: a lambda, a closure or a bound
-    method is refused here, a closure over plain data is rebuilt in each worker."""
+    ``parallel=True`` worker processes import it by name, or rebuild a closure or lambda
+    over plain data; a closure over an object, a bound method or a callable object is
+    refused here."""
     if source is None:
         raise SpecError("external_source", "source", "is required: a callable taking "
                         "SampleInfo or BatchInfo, or its 'module:function' name")
