@@ -8,17 +8,22 @@ and returns one batch. ``StopIteration`` ends the epoch.
 A spec names its source ``"module:function"``. A server calls only the callables its
 configuration lists (``external_sources``); in a trainer's process, ``fn.external_source``
 given a callable names it after its module and qualified name and remembers it here, so
-the in-process ``Pipeline`` calls that callable (the last one given under a name wins).
+the in-process ``Pipeline`` calls that callable. Closures, lambdas and other callables
+get a suffix that keeps each apart (``source_name``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor import source_closures as closures
 from conveyor.errors import InvalidArgument
 
 #: A source's callable: one argument (SampleInfo, BatchInfo or the iteration number).
@@ -46,24 +51,80 @@ class BatchInfo:
 
 
 _local: dict[str, Source] = {}
+#: Descriptions of the closures remembered, by name (``source_closures.describe``).
+_described: dict[str, dict[str, Any]] = {}
+#: Callables named by identity, by their definition's name: the n-th is ``name~n``.
+_instances: dict[str, list[Source]] = {}
 _lock = threading.Lock()
 
 
+def _importable(source: Source, module: str, qualname: str) -> bool:
+    """Whether ``module:qualname`` names ``source`` itself (a module's own function)."""
+    target: Any = sys.modules.get(module)
+    try:
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        return False
+    return target is source
+
+
 def source_name(source: Source) -> str:
-    """``"module:qualified.name"`` of a callable, as a spec names it."""
+    """How a spec names a callable: ``"module:qualified.name"`` for a module's own
+    function; ``"module:qualified.name@digest"`` for a closure or lambda over plain data
+    (the digest of its code and values: the same definition gives the same name in every
+    process, other values another name); ``"module:qualified.name~n"`` for any other
+    callable (a closure over an object, a bound method, a callable object): the n-th such
+    object of that name in this process, so that each is kept as itself."""
+    return _name_and_description(source)[0]
+
+
+def _name_and_description(source: Source) -> tuple[str, dict[str, Any] | None]:
     module = getattr(source, "__module__", None)
     name = getattr(source, "__qualname__", None) or getattr(source, "__name__", None)
     if not module or not name:
         raise InvalidArgument(f"external_source: argument 'source': {source!r} has no module "
                               "and name to be named by")
-    return f"{module}:{name}"
+    base = f"{module}:{name}"
+    if _importable(source, module, name):
+        return base, None
+    try:
+        held = closures.describe(source)
+    except closures.NotPortable:
+        with _lock:
+            same = _instances.setdefault(base, [])
+            index = next((i for i, s in enumerate(same) if _same(s, source)), None)
+            if index is None:
+                same.append(source)
+                index = len(same) - 1
+        return f"{base}~{index + 1}", None
+    digest = hashlib.sha256(closures.digest_input(source, held)).hexdigest()[:16]
+    return f"{base}@{digest}", held
+
+
+def _same(a: Source, b: Source) -> bool:
+    """Whether ``a`` and ``b`` are one callable: the same object, or the same method of the
+    same object (``obj.method`` makes a new bound method each time it is read)."""
+    if a is b:
+        return True
+    return (isinstance(a, types.MethodType) and isinstance(b, types.MethodType)
+            and a.__self__ is b.__self__ and a.__func__ is b.__func__)
+
+
+def definition(name: str) -> str:
+    """``name`` without the suffix that tells apart objects of one definition (``~n``):
+    what a fingerprint and a checkpoint's state compare."""
+    base, sep, index = name.rpartition("~")
+    return base if sep and index.isdigit() else name
 
 
 def remember(source: Source) -> str:
     """Name ``source`` and keep it for in-process pipelines; returns its name."""
-    name = source_name(source)
+    name, held = _name_and_description(source)
     with _lock:
         _local[name] = source
+        if held is not None:
+            _described[name] = held
     return name
 
 
@@ -71,6 +132,13 @@ def remembered(name: str) -> Source | None:
     """The callable ``fn.external_source`` was last given under ``name`` in this process."""
     with _lock:
         return _local.get(name)
+
+
+def described(name: str) -> dict[str, Any] | None:
+    """The description worker processes rebuild the closure remembered as ``name`` from
+    (``source_closures.rebuild``); None for a module's own function (imported by name)."""
+    with _lock:
+        return _described.get(name)
 
 
 def check_name(name: str, where: str = "external_source: argument 'source'") -> tuple[str, str]:
@@ -101,30 +169,26 @@ def import_source(name: str, where: str = "external_source: argument 'source'") 
 
 def check_parallel(source: Source) -> str:
     """The name of ``source`` for ``parallel=True``, where each worker process imports it by
-    that name; InvalidArgument saying why and what to do where that import would not give
-    ``source`` itself (a lambda, a closure, a bound method, a callable object)."""
+    name (a module's own function) or rebuilds it from its module's code and the JSON of its
+    values (a closure or lambda over plain data: ``source_closures``); InvalidArgument
+    saying why and what to do for anything else (a closure over an object, a bound method,
+    a callable object)."""
     where = "external_source: argument 'source' (parallel=True)"
     module = getattr(source, "__module__", None)
     qualname = getattr(source, "__qualname__", None)
-    described = f"{source!r}"
     if not module or not qualname:
-        raise InvalidArgument(f"{where}: {described} has no module and name, so worker "
-                              "processes cannot import it: give a function defined at the top "
-                              "level of a module (DALI requires picklable callables too)")
+        raise InvalidArgument(f"{where}: {source!r} has no module and name, so worker "
+                              "processes cannot import it: give a function defined in a "
+                              "module (DALI requires picklable callables too)")
     name = f"{module}:{qualname}"
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        kind = "a lambda" if "<lambda>" in qualname else "defined inside a function"
-        raise InvalidArgument(f"{where}: {name!r} is {kind}, so worker processes cannot "
-                              "import it by name: define it with def at the top level of a "
-                              "module, or use parallel=False")
+    if _importable(source, module, qualname):
+        return name
     try:
-        found = import_source(name, where)
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"{exc}: worker processes import the source by name; give a "
-                              "function defined at the top level of a module") from None
-    if found is not source:
-        raise InvalidArgument(f"{where}: importing {name!r} gives {found!r}, not {described} "
-                              "(a bound method or a callable object is not what its name "
-                              "imports): worker processes import the source by name, so give "
-                              "a function defined at the top level of a module")
-    return name
+        closures.describe(source)
+    except closures.NotPortable as exc:
+        raise InvalidArgument(
+            f"{where}: {name!r} {exc}: worker processes import the source's module and "
+            "rebuild it without pickling, so give a function defined in a module, or one "
+            f"made by a factory whose variables are {closures.PLAIN_DATA}; or use "
+            "parallel=False") from None
+    return source_name(source)

@@ -141,9 +141,10 @@ def external_source(source: Any = None, num_outputs: int | None = None, **kwargs
     or its ``"module:function"`` name. A spec carries the name only: a server calls the
     callables its configuration lists; an in-process ``Pipeline`` calls the callable given
     here. With ``num_outputs`` the callable returns a tuple and so does this. With
-    ``parallel=True`` worker processes import it by name: a lambda, a closure or a bound
-    method is refused here. So is a source DALI takes but cannot checkpoint (a list or
-    other iterable, an iterator, a generator or generator function, a callable taking no
+    ``parallel=True`` worker processes import it by name, or rebuild a closure or lambda
+    over plain data; a closure over an object, a bound method or a callable object is
+    refused here. So is a source DALI takes but cannot checkpoint (a list or other
+    iterable, an iterator, a generator or generator function, a callable taking no
     argument): a checkpoint keeps only the position, so the source must be a function of
     it; a callable's signature is checked here, not at the first batch."""
     if source is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
+from conveyor import external_source
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.schema import decode_args, decode_value, num_outputs, schema_of
 from conveyor.v1 import pipeline_pb2
@@ -112,6 +113,10 @@ def canonical(spec: pipeline_pb2.PipelineSpec) -> pipeline_pb2.PipelineSpec:
         for name in RESTORE_MAY_CHANGE_ARGS:
             if name in op.args:
                 del op.args[name]
+        if op.type == "external_source" and "source" in op.args:
+            # ``name~n`` tells apart objects of one definition in one process; a pipeline
+            # rebuilt from the same definition is the same stream.
+            op.args["source"].s = external_source.definition(op.args["source"].s)
     return copy
 
 

@@ -2,8 +2,9 @@
 both calling conventions and any number of workers, checkpoints that restore across worker
 counts and across parallel and serial, no process left once a pipeline is closed (or
 collected), a worker killed mid-run replaced without a changed byte, a source that crashes
-its worker failing with a clear error, and callables that workers cannot import refused
-when defined."""
+its worker failing with a clear error, closures over plain data rebuilt in the workers
+(each with its own values, restored in a fresh pipeline), and callables that workers cannot
+rebuild refused when defined."""
 
 from __future__ import annotations
 
@@ -226,21 +227,27 @@ def module_level(info: SampleInfo) -> np.ndarray:
     return np.array([info.idx_in_epoch], dtype=np.int64)
 
 
-def test_callables_workers_cannot_import_are_refused_when_defined() -> None:
-    def closure(info: SampleInfo) -> np.ndarray:
-        return np.array([info.idx_in_epoch])
+def test_callables_workers_cannot_rebuild_are_refused_when_defined() -> None:
+    held = es.Scaled()
+
+    def over_object(info: SampleInfo) -> np.ndarray:
+        return held(info)
 
     cases = {
-        "lambda": (lambda info: info, r"'tests\.engine\.test_parallel_source:test_callables_"
-                                       r"workers_cannot_import_are_refused_when_defined\.<locals>"
-                                       r"\.<lambda>' is a lambda, so worker processes cannot "
-                                       r"import it by name: define it with def at the top level "
-                                       r"of a module, or use parallel=False"),
-        "closure": (closure, r"\.<locals>\.closure' is defined inside a function"),
-        "bound method": (es.Scaled().method, r"importing 'tests\.support\.external_sources:"
-                                             r"Scaled\.method' gives <function Scaled\.method"),
-        "callable object": (es.Scaled(), r"has no module and name, so worker processes cannot "
-                                         r"import it"),
+        "closure over an object": (
+            es.make_held_source(held), r"'tests\.support\.external_sources:make_held_source"
+            r"\.<locals>\.src' closes over 'held', a Scaled, which is not plain data \(None, "
+            r"bool, int, float, str, bytes, numpy scalars, and tuples, lists and dicts of "
+            r"those\): worker processes import the source's module and rebuild it without "
+            r"pickling, so give a function defined in a module, or one made by a factory whose "
+            r"variables are plain data"),
+        "local closure over an object": (over_object, r"closes over 'held', a Scaled"),
+        "lambda over an object": (lambda info: held.method(info) + 1,
+                                  r"<lambda>' closes over 'held'"),
+        "bound method": (held.method, r"'tests\.support\.external_sources:Scaled\.method' is "
+                                      r"a bound method, which worker processes cannot rebuild"),
+        "callable object": (held, r"has no module and name, so worker processes cannot "
+                                  r"import it"),
     }
     for what, (source, message) in cases.items():
         with pytest.raises(errors.InvalidArgument, match=message):
@@ -263,6 +270,53 @@ def test_callables_workers_cannot_import_are_refused_when_defined() -> None:
         "tests.engine.test_parallel_source:module_level"
 
 
+def closures_pipeline(parallel: bool, method: str = "spawn", scale: float = 2.0) -> Any:
+    """Three closures of one factory (two with the same qualified name from two branches),
+    a lambda over plain data and numpy scalars."""
+    offset = np.int64(100)
+
+    @pipeline_def(batch_size=3, seed=1, enable_checkpointing=True, py_num_workers=2,
+                  py_start_method=method)
+    def pipeline() -> Any:
+        return (fn.external_source(source=es.make_offset_source(10), batch=False,
+                                   parallel=parallel),
+                fn.external_source(source=es.make_offset_source(20, scale, ("a", "b")),
+                                   batch=False, parallel=parallel),
+                fn.external_source(source=es.make_offset_source(30, tags=("x", "y", "z")),
+                                   batch=False, parallel=parallel),
+                fn.external_source(source=lambda info, k=offset: np.array(
+                    [info.idx_in_epoch + k], dtype=np.int64), batch=False, parallel=parallel))
+    return pipeline()
+
+
+def test_closures_over_plain_data_run_in_workers_as_serially() -> None:
+    with Pipeline(closures_pipeline(False)) as pipe:
+        serial = run_batches(pipe, 4)
+    first = [[list(s) for s in out] for out in serial[0]]
+    # Each closure gives its own values: 3 samples a batch, positions 0, 1, 2.
+    assert first == [[[10, 1], [11, 1], [12, 1]], [[20, 2], [22, 2], [24, 2]],
+                     [[30, 3], [31, 3], [32, 3]], [[100], [101], [102]]]
+    for method in ("spawn", "fork"):
+        with Pipeline(closures_pipeline(True, method)) as pipe:
+            assert_same_stream(serial, run_batches(pipe, 4), method)
+
+
+def test_a_closure_s_name_is_its_definition_and_restores_in_a_fresh_pipeline() -> None:
+    names = [op.args["source"].s for op in closures_pipeline(True).spec.ops]
+    assert len(set(names)) == 4
+    assert names[0].startswith("tests.support.external_sources:make_offset_source.<locals>"
+                               ".src@")
+    # The same definition gives the same spec; other values another.
+    assert specs.fingerprint(closures_pipeline(True).spec) == \
+        specs.fingerprint(closures_pipeline(False).spec)
+    assert specs.fingerprint(closures_pipeline(True, scale=3.0).spec) != \
+        specs.fingerprint(closures_pipeline(True).spec)
+    with Pipeline(closures_pipeline(True)) as pipe:
+        run_batches(pipe, 2)
+        checkpoint = pipe.checkpoint()
+        after = run_batches(pipe, 3)
+    with Pipeline(closures_pipeline(True), checkpoint=checkpoint) as restored:
+        assert_same_stream(after, run_batches(restored, 3), "restored")
 def test_the_main_script_s_functions_need_fork(monkeypatch: pytest.MonkeyPatch) -> None:
     def in_main(info: SampleInfo) -> np.ndarray:
         return np.array([info.idx_in_epoch, 7], dtype=np.int64)

@@ -31,8 +31,8 @@ def both_conventions(parallel: bool) -> Any:
 
 
 def source_workers(server_pid: int) -> list[int]:
-    """The server's children that are multiprocessing's spawned processes (not its resource
-    tracker, which Python keeps for the process's life)."""
+    """The server's children that are source worker processes (fresh interpreters running
+    the worker module)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -42,7 +42,7 @@ def source_workers(server_pid: int) -> list[int]:
             command = (entry / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue  # it ended meanwhile
-        if parent == server_pid and b"spawn_main" in command:
+        if parent == server_pid and b"conveyor_server.engine.stages.source_worker" in command:
             found.append(int(entry.name))
     return found
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
+from typing import Any
 
 import numpy as np
 
@@ -83,3 +86,30 @@ class Scaled:
 
     def method(self, info: SampleInfo) -> np.ndarray:
         return np.array([info.idx_in_epoch], dtype=np.int64)
+
+
+def make_offset_source(offset: int, scale: float = 1.0,
+                       tags: tuple[str, ...] = ("a",)) -> Any:
+    """A closure over plain data (parallel workers rebuild it from its module and values);
+    ``make_offset_source(...).<locals>.src`` is defined in two branches."""
+    if scale == 1.0:
+        def src(info: SampleInfo) -> np.ndarray:
+            return np.array([info.idx_in_epoch + offset, len(tags)], dtype=np.int64)
+    else:
+        def src(info: SampleInfo) -> np.ndarray:
+            return np.array([info.idx_in_epoch * scale + offset, len(tags)], dtype=np.int64)
+    return src
+
+
+def make_held_source(held: Scaled) -> Any:
+    """A closure over an object, not plain data: parallel workers cannot rebuild it."""
+    def src(info: SampleInfo) -> np.ndarray:
+        return held(info)
+    return src
+
+
+def hanging(info: SampleInfo) -> np.ndarray:
+    """Says it was called (on stderr), then never returns: a worker busy for good."""
+    print("busy", file=sys.stderr, flush=True)
+    threading.Event().wait()
+    raise AssertionError("unreachable")

@@ -1,8 +1,8 @@
 """Source stages: the stateful operators (the file reader's order, random number
 generators, external sources, and which callables an external source may name:
 ``source_callables.py``; parallel external sources' worker processes: ``parallel_calls.py``,
-``source_pool.py``, ``source_worker.py``, and the rule both sides check results by,
-``source_results.py``).
+``source_pool.py``, ``source_process.py``, ``source_worker.py``, and the rule both sides
+check results by, ``source_results.py``).
 
 Every stage follows one contract, so one save/restore property test covers them all:
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from conveyor import external_source as names
 from conveyor.errors import CorruptCheckpoint, ExternalSourceError, SpecError
 from conveyor.external_source import BatchInfo, SampleInfo, Source
 from conveyor.v1 import checkpoint_pb2
@@ -195,7 +196,7 @@ class ExternalSourceStage:
             raise CorruptCheckpoint(f"{self.label}: checkpoint holds a {kind} state, expected "
                                     "an external source's")
         held = state.external_source
-        if held.source != self.name:
+        if names.definition(held.source) != names.definition(self.name):
             raise CorruptCheckpoint(f"{self.label}: checkpoint's state is of source "
                                     f"{held.source!r}")
         if held.iteration * self.batch_size > MAX_SAMPLES or held.epoch > MAX_SAMPLES:

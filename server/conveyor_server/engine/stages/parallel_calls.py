@@ -92,14 +92,19 @@ def make_pool(spec: pipeline_pb2.PipelineSpec, stages: Sequence[ExternalSourceSt
     configs = []
     for stage in stages:
         where = f"ops[{stage.op_index}].args.source"
-        module, _ = names.check_name(stage.name, f"external_source: argument 'source' ({where})")
+        held = sources.described(stage.name)
+        if held is not None:
+            module = held["module"]
+        else:
+            module, _ = names.check_name(stage.name,
+                                         f"external_source: argument 'source' ({where})")
         if module == "__main__" and method != "fork":
             raise SpecError("external_source", "source", (
                 f"{stage.name!r} ({where}) is defined in the main script, which worker "
                 f"processes started with py_start_method={method!r} cannot import it from "
-                "(parallel=True imports the source by name in each worker): move it into a "
+                "(parallel=True imports the source's module in each worker): move it into a "
                 "module of its own, or use py_start_method='fork' in process"))
-        configs.append({"name": stage.name, "batch": stage.calls_batches,
+        configs.append({"name": stage.name, "closure": held, "batch": stage.calls_batches,
                         "batch_info": stage.batch_info, "shape": stage.shape.as_json()})
     pool = SourcePool(configs, spec.py_num_workers or 1, method)
     for index, stage in enumerate(stages):

@@ -12,6 +12,7 @@ callable may be named: the one ``fn.external_source`` was given under that name,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from conveyor import external_source as names
 from conveyor.errors import SpecError
@@ -35,6 +36,12 @@ class ExternalSources:
         ``py_start_method``); on a server always ``"spawn"``, since a process serving gRPC
         must not fork once its threads run."""
         return asked if self._registered is None else "spawn"
+
+    def described(self, name: str) -> dict[str, Any] | None:
+        """In process, the description worker processes rebuild the closure named ``name``
+        from (``conveyor.source_closures``); None for a function imported by name, and
+        always on a server, which runs only its registered sources."""
+        return names.described(name) if self._registered is None else None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -3,7 +3,10 @@
 One pool per pipeline, ``py_num_workers`` processes started with ``py_start_method``
 (in process: DALI's ``"fork"`` or ``"spawn"``; a server always ``"spawn"``s, since a
 process serving gRPC must not fork), closed with the pipeline; a pipeline left unclosed
-closes its pool when collected, and daemonic processes end with their parent. Each process
+closes its pool when collected. A forked process is multiprocessing's (daemonic: it ends
+with its parent); a spawned one is a fresh interpreter that imports the worker module and
+the sources, not the parent's main module (``source_process.py``), and ends with its
+parent too. Each process
 imports the sources by name (``source_worker.py``). Tasks go to the process with the
 fewest in flight; which process computes a task never changes its result, since a source
 is a pure function of its position.
@@ -34,6 +37,7 @@ import numpy as np
 
 from conveyor.errors import ExternalSourceError
 from conveyor_server.engine.stages import source_worker
+from conveyor_server.engine.stages.source_process import WorkerProcess
 
 #: Seconds a closing pool gives its processes to end after SIGTERM, before SIGKILL.
 CLOSE_GRACE_S = 5.0
@@ -57,14 +61,18 @@ class _Task:
     deaths: int = 0
 
 
+#: A worker's process: multiprocessing's (forked) or a fresh interpreter's.
+Process = BaseProcess | WorkerProcess
+
+
 @dataclass(eq=False)
 class _Worker:
-    process: BaseProcess
+    process: Process
     conn: Connection
     tasks: dict[int, _Task] = field(default_factory=dict)
 
 
-def _ended(process: BaseProcess) -> str:
+def _ended(process: Process) -> str:
     code = process.exitcode
     if code is None:
         return "its pipe closed"
@@ -175,16 +183,10 @@ class SourcePool:
         if self._closed:
             raise ExternalSourceError("the pipeline's parallel external source workers are "
                                       "closed (the pipeline was closed)")
-        started: list[tuple[int, BaseProcess, Connection]] = []
+        started: list[tuple[int, Process, Connection]] = []
         for slot, worker in enumerate(self._workers):
             if worker is None:
-                ours, theirs = self._context.Pipe(duplex=True)
-                process = self._context.Process(
-                    target=source_worker.main, args=(theirs, self._config), daemon=True,
-                    name=f"conveyor-source-worker-{slot}")
-                process.start()
-                theirs.close()
-                started.append((slot, process, ours))
+                started.append((slot, *self._start_one(slot)))
         problems = []
         for slot, process, conn in started:
             try:
@@ -211,10 +213,25 @@ class SourcePool:
                 "script under py_start_method='spawn')",
                 source=json.loads(self._config)["sources"][0]["name"])
 
+    def _start_one(self, slot: int) -> tuple[Process, Connection]:
+        if self.start_method == "spawn":  # a fresh interpreter, not the parent's main module
+            child = WorkerProcess(source_worker.__name__)
+            with contextlib.suppress(OSError):  # one that ended says so when polled
+                child.conn.send_bytes(self._config)
+            return child, child.conn
+        ours, theirs = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=source_worker.main, args=(theirs, self._config), daemon=True,
+            name=f"conveyor-source-worker-{slot}")
+        process.start()
+        theirs.close()
+        return process, ours
+
     def _pump(self) -> None:
         """Wait for any process to reply or end; take replies; replace an ended one."""
         live = {w.conn: w for w in self._workers if w is not None}
-        sentinels = {w.process.sentinel: w for w in live.values()}
+        sentinels = {w.process.sentinel: w for w in live.values()
+                     if w.process.sentinel is not None}
         if self._closed or not live:
             raise ExternalSourceError("the pipeline's parallel external source workers are "
                                       "closed (the pipeline was closed)")

@@ -2,7 +2,9 @@
 the pipeline exchange.
 
 The process imports each source by its ``"module:function"`` name (nothing is pickled: a
-server's registered sources, or an in-process pipeline's module-level functions), says it
+server's registered sources, or an in-process pipeline's module-level functions), or, for
+an in-process closure over plain data, imports its module and rebuilds it from its
+description (``conveyor.source_closures``), says it
 is ready, then computes tasks until its pipe closes. A task is one batch's call
 (``batch=True``) or a run of consecutive samples of one batch (``batch=False``), as JSON;
 its reply is a JSON header (how it ended; each array's dtype and shape) and, for results,
@@ -18,12 +20,17 @@ dropped, as the serial stage's is.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
+from conveyor import source_closures as closures
+from conveyor.errors import InvalidArgument
 from conveyor.external_source import BatchInfo, SampleInfo, Source, import_source
 from conveyor_server.engine.stages.source_results import BadResult, SourceShape
 
@@ -38,9 +45,8 @@ def main(conn: Connection, config: bytes) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a forked parent's handler: end
     try:
         held = json.loads(config)
-        sources = [(import_source(s["name"], f"parallel external source {s['name']!r}"),
-                    bool(s["batch"]), bool(s["batch_info"]), SourceShape.from_json(s["shape"]))
-                   for s in held["sources"]]
+        sources = [(_source(s), bool(s["batch"]), bool(s["batch_info"]),
+                    SourceShape.from_json(s["shape"])) for s in held["sources"]]
     except Exception as exc:  # said to the pipeline, which raises it
         conn.send_bytes(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         return
@@ -56,6 +62,18 @@ def main(conn: Connection, config: bytes) -> None:
         header, arrays = run_task(sources[task["src"]], task)
         header["id"] = task["id"]
         send_reply(conn, header, arrays)
+
+
+def _source(held: dict[str, Any]) -> Source:
+    """A source by its name, or rebuilt from its description (a closure over plain data)."""
+    where = f"parallel external source {held['name']!r}"
+    if held.get("closure") is None:
+        return import_source(held["name"], where)
+    try:
+        return closures.rebuild(held["closure"])
+    except (ImportError, LookupError) as exc:
+        raise InvalidArgument(f"{where}: cannot rebuild it: {type(exc).__name__}: {exc}") \
+            from None
 
 
 def run_task(source: tuple[Source, bool, bool, SourceShape],
@@ -123,3 +141,32 @@ def receive_reply(conn: Connection) -> tuple[dict[str, Any], list[np.ndarray]]:
         arrays = [np.empty(shape, np.dtype(dtype)) for dtype, shape, _ in
                   header.get("arrays", [])]
     return header, arrays
+
+
+def _end_with(parent: int) -> None:
+    """End this process once ``parent`` is no longer its parent (it died, also by
+    ``kill -9``, while a task runs: an idle worker sees its pipe close first)."""
+    done = threading.Event()
+    while not done.wait(0.5):
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def run_child(argv: list[str]) -> None:
+    """A worker started by ``source_process.WorkerProcess``: ``FD PARENT``, its end of the
+    socket pair and its parent's pid; the config is the first message."""
+    conn = Connection(int(argv[0]))
+    parent = int(argv[1])
+    if os.getppid() != parent:
+        return
+    threading.Thread(target=_end_with, args=(parent,), daemon=True,
+                     name="conveyor-source-parent-watch").start()
+    try:
+        config = conn.recv_bytes()
+    except (EOFError, OSError):
+        return
+    main(conn, config)
+
+
+if __name__ == "__main__":
+    run_child(sys.argv[1:])
