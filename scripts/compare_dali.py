@@ -171,8 +171,13 @@ def compare(dali: dict[str, np.ndarray], ours: dict[str, list[np.ndarray]]) -> b
     return ok
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main_against_dali(script: str, doc: str, run_dali: Callable[[Path], None],
+                      run_conveyor: Callable[[], dict[str, Any]],
+                      compare: Callable[[dict[str, Any], dict[str, Any]], bool]) -> int:
+    """A comparison script's command line: ``--dali-python`` runs ``script`` again under
+    DALI's interpreter (``--dali-out``: its outputs as an .npz), then compares them with
+    Conveyor's; exit status 0 when every pipeline is within its allowance."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--dali-python", help="an interpreter with nvidia.dali")
     parser.add_argument("--dali-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,11 +188,11 @@ def main() -> int:
         parser.error("--dali-python is required")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "dali.npz"
-        subprocess.run([args.dali_python, __file__, "--dali-out", str(out)], check=True)
+        subprocess.run([args.dali_python, script, "--dali-out", str(out)], check=True)
         with np.load(out) as loaded:
             dali = dict(loaded)
     return 0 if compare(dali, run_conveyor()) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_against_dali(__file__, __doc__ or "", run_dali, run_conveyor, compare))

@@ -14,10 +14,7 @@ only what the draws may be (each a value of the list).
 
 from __future__ import annotations
 
-import argparse
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_dali import images
+from compare_dali import images, main_against_dali
 
 BATCH = 4
 #: Per-sample arguments, fed through external sources.
@@ -215,23 +212,5 @@ def compare(dali: dict[str, np.ndarray], ours: dict[str, list[np.ndarray]]) -> b
     return ok
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dali-python", help="an interpreter with nvidia.dali")
-    parser.add_argument("--dali-out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.dali_out is not None:
-        run_dali(args.dali_out)
-        return 0
-    if not args.dali_python:
-        parser.error("--dali-python is required")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "dali.npz"
-        subprocess.run([args.dali_python, __file__, "--dali-out", str(out)], check=True)
-        with np.load(out) as loaded:
-            dali = dict(loaded)
-    return 0 if compare(dali, run_conveyor()) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_against_dali(__file__, __doc__ or "", run_dali, run_conveyor, compare))
