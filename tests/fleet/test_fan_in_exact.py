@@ -30,8 +30,9 @@ def test_k_servers_give_the_one_server_sequence(start_server: Start, image_root:
         assert pipe.via == servers[0].address  # the holder keeps the pipeline
         saved = pipe.checkpoint()
         assert saved.batches == COUNT
-        assert c.pipeline("fanned").acknowledged == COUNT
-        if k > 1:
+        if k > 1:  # the checkpoint first told the holder the position (one stream's
+            # acknowledgements, k = 1, reach it on their own thread, later)
+            assert c.pipeline("fanned").acknowledged == COUNT
             assert pipe.fan_in is not None and pipe.fan_in.mismatches == 0
     assert got == expected
 
