@@ -257,7 +257,9 @@ def compare(ours: Any, theirs: Any) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dali-python", default="/work/dali-venv/bin/python")
+    parser.add_argument("--dali-python", default=".bench-venv/bin/python",
+                        help="an interpreter with nvidia.dali (default: the venv "
+                        "`make bench-resnet50` installs DALI into)")
     parser.add_argument("--emit", nargs=2, metavar=("INPUTS", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--all", action="store_true", help="print every case, not only "
                         "those that differ")
