@@ -5,11 +5,13 @@ engine/test_output_ring.py and engine/test_gpu_identity.py."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
@@ -32,8 +34,13 @@ def gpu_decoder_missing() -> str:
     except ImportError as exc:
         return f"needs nvImageCodec (the server's [gpu] or [gpu-cu13] extra): {exc}"
     try:
-        nvimgcodec.Decoder(device_id=0,
-                           backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.GPU_ONLY)])
+        # The decoders that write to the device: the hardware one and nvJPEG's CUDA one,
+        # which nvImageCodec 0.9 files under the hybrid kind (GPU_ONLY alone has no JPEG
+        # decoder there, and creating a decoder of it fails on an H200 that decodes).
+        kinds = nvimgcodec.BackendKind
+        nvimgcodec.Decoder(device_id=0, backends=[
+            nvimgcodec.Backend(kind)
+            for kind in (kinds.HW_GPU_ONLY, kinds.GPU_ONLY, kinds.HYBRID_CPU_GPU)])
     except Exception as exc:  # no nvJPEG, or a build for another CUDA than the driver's
         return f"nvImageCodec cannot decode on CUDA device 0: {type(exc).__name__}: {exc}"
     return ""
@@ -99,7 +106,10 @@ def test_the_hardware_decoder_decodes_on_an_a100_or_h100() -> None:
     assert all(image is not None for image in images), f"{name}: hardware decoder not used"
     first = cupy.asnumpy(cupy.asarray(images[0]))
     assert first.shape == (480, 640, 3)
-    assert float(np.abs(first.astype(np.int16) - photo).mean()) < 3.0
+    # Against a CPU decode of the same bytes (the noise and the 4:2:0 chroma are lost by the
+    # encoding, not the decoder): another IDCT and upsampling, close but not bit-identical.
+    on_cpu = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert float(np.abs(first.astype(np.int16) - on_cpu).mean()) < 2.0
 
 
 def test_the_batched_mixed_decode_is_the_same_on_every_run(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ follows it); ``resize_plan`` turns the same steps into one filter per axis.
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,54 +39,60 @@ def _inverse_scale(in_size: int, out_size: int) -> float:
     return 1.0 / (out_size / in_size)
 
 
-def nearest_filter(in_size: int, out_size: int) -> AxisFilter:
-    scale = _inverse_scale(in_size, out_size)
-    start = np.minimum(np.floor(np.arange(out_size) * scale), in_size - 1)
-    return AxisFilter(start.astype(np.int32), np.ones((out_size, 1), dtype=np.float32))
-
-
-def linear_filter(in_size: int, out_size: int) -> AxisFilter:
-    scale = _inverse_scale(in_size, out_size)
-    start = np.empty(out_size, dtype=np.int32)
-    weights = np.empty((out_size, 2), dtype=np.float32)
-    for x in range(out_size):
-        fx = float(np.float32((x + 0.5) * scale - 0.5))  # OpenCV keeps it as a float
-        sx = math.floor(fx)
-        fx -= sx
-        if sx < 0:
-            fx, sx = 0.0, 0
-        if sx >= in_size - 1:
-            fx, sx = 0.0, in_size - 1
-        start[x] = sx
-        weights[x] = (np.float32(1.0 - fx), np.float32(fx))
+def _frozen(start: np.ndarray, weights: np.ndarray) -> AxisFilter:
+    # Filters are cached and shared between images: nothing may write to them.
+    start.flags.writeable = False
+    weights.flags.writeable = False
     return AxisFilter(start, weights)
 
 
-def area_filter(in_size: int, out_size: int) -> AxisFilter:
-    """OpenCV's ``INTER_AREA`` weights along a shrinking (or unchanged) axis."""
+# The filters are pure functions of two sizes, computed for every image of a batch (a random
+# crop's size is drawn per image): each is kept for the sizes met last, a few KB apiece.
+@functools.lru_cache(maxsize=4096)
+def nearest_filter(in_size: int, out_size: int) -> AxisFilter:
     scale = _inverse_scale(in_size, out_size)
-    rows: list[tuple[int, list[float]]] = []
-    for x in range(out_size):
-        fsx1 = x * scale
-        fsx2 = fsx1 + scale
-        cell = min(scale, in_size - fsx1)
-        sx2 = min(math.floor(fsx2), in_size - 1)
-        sx1 = min(math.ceil(fsx1), sx2)
-        first = sx1
-        weights: list[float] = []
-        if sx1 - fsx1 > 1e-3:
-            first = sx1 - 1
-            weights.append((sx1 - fsx1) / cell)
-        weights.extend(1.0 / cell for _ in range(sx1, sx2))
-        if fsx2 - sx2 > 1e-3:
-            weights.append(min(fsx2 - sx2, 1.0, cell) / cell)
-        rows.append((first, weights))
-    taps = max(len(w) for _, w in rows)
-    start = np.array([first for first, _ in rows], dtype=np.int32)
-    table = np.zeros((out_size, taps), dtype=np.float32)
-    for i, (_, w) in enumerate(rows):
-        table[i, :len(w)] = w
-    return AxisFilter(start, table)
+    start = np.minimum(np.floor(np.arange(out_size) * scale), in_size - 1)
+    return _frozen(start.astype(np.int32), np.ones((out_size, 1), dtype=np.float32))
+
+
+@functools.lru_cache(maxsize=4096)
+def linear_filter(in_size: int, out_size: int) -> AxisFilter:
+    scale = _inverse_scale(in_size, out_size)
+    # OpenCV keeps the source position as a float32; the rest is exact in double precision.
+    fx = ((np.arange(out_size) + 0.5) * scale - 0.5).astype(np.float32).astype(np.float64)
+    sx = np.floor(fx)
+    fx -= sx
+    below = sx < 0
+    fx[below], sx[below] = 0.0, 0.0
+    past = sx >= in_size - 1
+    fx[past], sx[past] = 0.0, in_size - 1
+    weights = np.stack([1.0 - fx, fx], axis=1).astype(np.float32)
+    return _frozen(sx.astype(np.int32), weights)
+
+
+@functools.lru_cache(maxsize=4096)
+def area_filter(in_size: int, out_size: int) -> AxisFilter:
+    """OpenCV's ``INTER_AREA`` weights along a shrinking (or unchanged) axis: output cell
+    ``x`` covers ``[x * scale, (x + 1) * scale)``; a partly covered first and last input
+    pixel weigh what they cover (ignored under 1e-3), every whole one ``1 / cell``."""
+    scale = _inverse_scale(in_size, out_size)
+    fsx1 = np.arange(out_size) * scale
+    fsx2 = fsx1 + scale
+    cell = np.minimum(scale, in_size - fsx1)
+    sx2 = np.minimum(np.floor(fsx2), in_size - 1)
+    sx1 = np.minimum(np.ceil(fsx1), sx2)
+    head = (sx1 - fsx1) > 1e-3
+    tail = (fsx2 - sx2) > 1e-3
+    whole = (sx2 - sx1).astype(np.int64)
+    taps = int((head + whole + tail).max())
+    k = np.arange(taps)[None, :]
+    lead = head.astype(np.int64)[:, None]
+    table = np.where((k >= lead) & (k < lead + whole[:, None]), 1.0 / cell[:, None], 0.0)
+    table[:, 0] = np.where(head, (sx1 - fsx1) / cell, table[:, 0])
+    last = np.minimum(np.minimum(fsx2 - sx2, 1.0), cell) / cell
+    rows = np.flatnonzero(tail)
+    table[rows, (head + whole)[rows]] = last[rows]
+    return _frozen((sx1 - head).astype(np.int32), table.astype(np.float32))
 
 
 #: One resize the CPU operator makes: (output height and width, filter), the filter an
