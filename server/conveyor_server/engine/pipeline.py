@@ -20,6 +20,7 @@ O(1), never by replay.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
@@ -48,6 +49,18 @@ from conveyor_server.engine.staging import OutputStaging
 
 #: Whether operators registered in both forms run per batch unless told otherwise.
 BATCH_OPS = True
+
+
+def _engine_identity(spec: pipeline_pb2.PipelineSpec,
+                     behaviour: Behaviour | None) -> Callable[[], checkpoint_pb2.EngineId]:
+    """The engine id of ``spec``, computed once, when first asked for (measuring this
+    process's behaviour then where ``behaviour`` is not given)."""
+
+    @functools.cache
+    def identity() -> checkpoint_pb2.EngineId:
+        return engine_id(spec, behaviour or process_behaviour())
+
+    return identity
 
 
 class Pipeline:
@@ -90,8 +103,9 @@ class Pipeline:
         roots = [Path(r) for r in data_roots] if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
-        self._behaviour = behaviour
-        self._identity: checkpoint_pb2.EngineId | None = None
+        #: Holds no reference to the pipeline, so the checkpoint writer may hold it: a
+        #: pipeline dropped without close() is freed at once (its source workers with it).
+        self._identity = _engine_identity(spec, behaviour)
         self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
         self._limits = limits
         try:
@@ -122,7 +136,7 @@ class Pipeline:
         self._pool = pool or ThreadPoolExecutor(threads, thread_name_prefix="conveyor-worker")
         self._queue = BatchQueue(self._plan, self._segments, positions, self._epochs, staging,
                                  self._limits, self._pool, threads, depth)
-        self._checkpoints = CheckpointWriter(spec, self.fingerprint, self._plan, self.engine_id,
+        self._checkpoints = CheckpointWriter(spec, self.fingerprint, self._plan, self._identity,
                                              positions, self._epochs, self._queue)
         if self._plan.source_pool is not None:  # before this pipeline's threads start
             self._plan.source_pool.start()
@@ -236,9 +250,7 @@ class Pipeline:
 
     def engine_id(self) -> checkpoint_pb2.EngineId:
         """The identity this pipeline's checkpoints record (see ``engine_id.py``)."""
-        if self._identity is None:
-            self._identity = engine_id(self.spec, self._behaviour or process_behaviour())
-        return self._identity
+        return self._identity()
 
     def states_at(self, batches: int) -> list[checkpoint_pb2.OpState]:
         """Every stage's state before this pipeline's batch ``batches`` (after ``batches``
