@@ -290,7 +290,7 @@ def test_a_computed_batch_holds_its_outputs_and_no_intermediates(data: Path) -> 
                                                 (5, 0)})
         pipe.next_ready(10)
         pipe.wait_prefetched()
-        for work in pipe._inflight:
+        for work in pipe._queue._inflight:
             assert {frozenset(s.values) for s in work.results()} == {frozenset(plan.outputs)}
 
 

@@ -81,7 +81,8 @@ def test_gpu_outputs_leave_the_device_through_the_ring_as_host_arrays(tmp_path: 
     with Pipeline(gpu_training(root, device_id=0)) as pipe:
         images, labels = pipe.run()
         (staged, staged_labels), release = pipe.run_staged()
-        slots = pipe._staging.stager.ring._slots if pipe._staging is not None else []
+        staging = pipe._queue.staging
+        slots = staging.stager.ring._slots if staging is not None else []
         assert slots, "a GPU pipeline stages its outputs through the ring"
         try:
             for image, view in zip(images, staged, strict=True):

@@ -126,7 +126,7 @@ def through_the_ring(pipe: Pipeline) -> OutputRing:
     """Send ``pipe``'s images through a ring, as a GPU pipeline's leave the GPU."""
     copier = HostCopier()
     out = OutputRing(4, copier.allocate)
-    pipe._staging = OutputStaging(BatchStager(out, copier, pipe._plan.outputs[:1]))
+    pipe._queue.staging = OutputStaging(BatchStager(out, copier, pipe._plan.outputs[:1]))
     return out
 
 

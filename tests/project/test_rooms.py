@@ -88,8 +88,9 @@ ENGINE_ALLOWED: dict[str, set[str]] = {
 }
 FOUNDATIONS = {"keyed_random", "catalog"}
 #: The run loop: the modules at the engine's top, foundations included.
-RUN_LOOP = {"batch_work", "catalog", "gpu_staging", "job_share", "keyed_random", "pipeline",
-            "plan", "segments", "staging"}
+RUN_LOOP = {"batch_queue", "batch_work", "catalog", "checkpoint_writer", "gpu_staging",
+            "job_share", "keyed_random", "pipeline", "plan", "segments", "stage_positions",
+            "staging"}
 
 
 def engine_imports(path: Path) -> dict[str, int]:

@@ -1,12 +1,22 @@
 """The engine room: spec -> plan -> ops -> batches -> checkpoint state.
 
-Its top holds the run loop: the in-process ``Pipeline`` (``pipeline.py``), the plan of a
-spec (``plan.py``: source stages, per-sample segments and per-batch steps), running a batch
-(``segments.py``, ``batch_work.py``), staging its outputs into the output ring as it
-becomes ready (``staging.py``, ``gpu_staging.py``) and a data-parallel rank's share of the
-batches (``job_share.py``); beside them two foundations every room may use: keyed random
-numbers (``keyed_random.py``) and the discovery of every registered operator, reader and
-probe (``catalog.py``).
+Its top holds the run loop, one job a module:
+
+- ``pipeline.py``: the in-process ``Pipeline``, the engine's public face, assembling the
+  parts below;
+- ``plan.py``: the plan of a spec (source stages, per-sample segments, per-batch steps);
+- ``batch_queue.py``: the batches in order, those computed ahead (prefetch) and the next
+  handed out;
+- ``segments.py``, ``batch_work.py``: running one batch's per-sample and per-batch work;
+- ``staging.py``, ``gpu_staging.py``: a batch's outputs staged into the output ring as it
+  becomes ready, copied out of the GPU;
+- ``job_share.py``: a data-parallel rank's share of the global batches;
+- ``stage_positions.py``: where the source stages stand, at the start and at any step;
+- ``checkpoint_writer.py``: what a pipeline's checkpoint records at a position.
+
+Beside them two foundations every room may use: keyed random numbers
+(``keyed_random.py``) and the discovery of every registered operator, reader and probe
+(``catalog.py``).
 
 The rooms beneath, each saying in its ``__init__`` what it holds and may import:
 

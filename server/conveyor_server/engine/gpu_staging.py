@@ -9,9 +9,9 @@ batch's fence, which the consumer waits on before reading the bytes. The copies 
 k so run while batch k + 1 is decoded and transformed, and the compute stream never waits
 for a copy. Pinned buffers let the copies run asynchronously at the bus's speed.
 
-``run()`` hands its caller a batch it may keep: ``copy_out`` copies a batch's samples out
-of the ring slot once, back to back into one host buffer (so ``TensorList.as_array`` is a
-view of it, not another copy).
+``run()`` hands its caller a batch it may keep (``kept_outputs``): ``copy_out`` copies a
+batch's samples out of the ring slot once, back to back into one host buffer (so
+``TensorList.as_array`` is a view of it, not another copy).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.tensor_list import TensorList
 from conveyor_server.engine.device.output_ring import OutputRing
 from conveyor_server.engine.plan import Plan, Ref, SampleSegment
-from conveyor_server.engine.staging import BatchStager
+from conveyor_server.engine.staging import BatchStager, StagedBatch
 
 #: cudaMemcpyDeviceToHost
 _DEVICE_TO_HOST = 2
@@ -128,3 +129,19 @@ def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray
         out.append(view)
         offset += sample.nbytes
     return out
+
+
+def kept_outputs(outputs: Sequence[TensorList], staged: StagedBatch) -> tuple[TensorList, ...]:
+    """A staged batch's ``outputs`` copied out of its ring slot, once, and the slot given
+    back: the caller may keep them as long as it likes (the outputs the ring does not hold,
+    such as a reader's labels, are returned as they are). ``run_staged`` hands out the
+    ring's own views instead, valid until released."""
+    try:
+        copies = []
+        for out in outputs:
+            samples = copy_out(list(out), staged.slot.buffer)
+            copies.append(out if samples is None else
+                          TensorList(samples, out.layout(), out.dtype))
+    finally:
+        staged.release()
+    return tuple(copies)

@@ -9,17 +9,15 @@ global batches, rank ``r`` the r-th. A rank's pipeline counts its own batches as
 jumps to any step in O(1) and a job goes on with another world size from any cut.
 
 A pipeline that is no job's rank is the share of one rank starting where it starts: step
-``k`` is global batch ``k``.
+``k`` is global batch ``k``. Where its stages stand at each step: ``stage_positions.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conveyor.errors import CorruptCheckpoint, InvalidArgument
 from conveyor.v1 import checkpoint_pb2
-from conveyor_server.engine.stages import MAX_SAMPLES, SourceStage
 
 #: The most ranks a job has.
 MAX_WORLD_SIZE = 65536
@@ -79,32 +77,3 @@ def share_of(body: checkpoint_pb2.CheckpointBody,
             raise CorruptCheckpoint(f"checkpoint of job {job.job!r} has world size 0")
         share = Share(job.job, job.rank, job.world_size, job.generation, body.batches, at)
     return share, at
-
-
-def place_stages(stages: Sequence[SourceStage], body: checkpoint_pb2.CheckpointBody | None,
-                 share: Share | None, batch_size: int) -> Share:
-    """Put ``stages`` where the pipeline starts: at the checkpoint's states (or the
-    beginning), then, in O(1), at the global position of ``share`` (by default the
-    checkpoint's own share, or a plain pipeline's). The share the pipeline runs."""
-    if body is not None:
-        states = {s.op: s for s in body.op_states}
-        for stage in stages:
-            if stage.op_index not in states:
-                raise CorruptCheckpoint(f"checkpoint has no state for op {stage.op_index}")
-            stage.reset(states[stage.op_index])
-        share, at = share_of(body, share)
-    else:
-        for stage in stages:
-            stage.reset(None)
-        share, at = share or Share(), 0
-    if share.global_batches < at:
-        raise InvalidArgument(f"job {share.job!r}: the start, global batch "
-                              f"{share.global_batches}, is before the checkpoint's ({at})")
-    if share.global_batches * batch_size > MAX_SAMPLES:
-        raise InvalidArgument(f"global batch {share.global_batches} is beyond the "
-                              f"furthest a pipeline reaches ({MAX_SAMPLES} samples)")
-    if share.global_batches > at:  # the stages jump to the start in O(1)
-        for stage in stages:
-            stage.reset(stage.advanced(stage.get_state(),
-                                       (share.global_batches - at) * batch_size))
-    return share

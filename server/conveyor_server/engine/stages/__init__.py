@@ -1,5 +1,6 @@
 """Source stages: the stateful operators (the file reader's order, random number
-generators, external sources, and which callables an external source may name:
+generators, external sources, the epoch ends their batches meet:
+``external_source_epochs.py``, and which callables an external source may name:
 ``source_callables.py``; parallel external sources' worker processes: ``parallel_calls.py``,
 ``source_pool.py``, ``source_process.py``, ``source_worker.py``, and the rule both sides
 check results by, ``source_results.py``).

@@ -11,7 +11,8 @@ argument, as DALI's checkpointing assumes: the position is all a checkpoint keep
 **Epochs.** ``StopIteration`` ends the epoch, as in DALI; a batch cut short is dropped.
 The stage goes on: the batch that met it is the next epoch's first (the source is asked
 again with ``epoch_idx + 1`` and iteration 0), marked ``epoch_crossed`` so that the
-in-process pipeline can raise DALI's StopIteration before it; a stream does not stop.
+in-process pipeline can raise DALI's StopIteration before it (``external_source_epochs.py``
+follows the marks through the batches computed ahead); a stream does not stop.
 An epoch's length is learned when the source stops it and kept (per epoch), so positions
 already produced map to (epoch, iteration) without a call. ``StopIteration`` is taken as
 final within an epoch (once a position stops, every later one of that epoch does).
