@@ -45,15 +45,14 @@ def main() -> None:
             count = len(coco_masks_data.SIZES)
             for name, args in CASES:
                 @pipeline_def(batch_size=count, num_threads=1, device_id=None, seed=5)
-                def pipe(options: dict[str, Any]) -> Any:
-                    return tuple(fn.readers.coco(file_root=file_root,
-                                                 annotations_file=annotations,
+                def pipe(options: dict[str, Any], root: str, document: str) -> Any:
+                    return tuple(fn.readers.coco(file_root=root, annotations_file=document,
                                                  pixelwise_masks=True, image_ids=True,
                                                  **options))
 
-                p = pipe(options=args)
+                p = pipe(options=args, root=file_root, document=annotations)
                 p.build()
-                images, boxes, labels, masks, ids = p.run()
+                _, _, labels, masks, ids = p.run()
                 samples = []
                 for s in range(count):
                     mask = np.array(masks[s])

@@ -43,7 +43,7 @@ def runs_of(bits: np.ndarray) -> list[int]:
     edges = np.nonzero(np.diff(flat))[0] + 1
     bounds = np.concatenate([[0], edges, [len(flat)]])
     counts = np.diff(bounds).tolist()
-    return ([0] + counts) if len(flat) and flat[0] else counts
+    return [0, *counts] if len(flat) and flat[0] else counts
 
 
 def _polygon(rng: np.random.Generator, width: int, height: int) -> list[float]:
@@ -81,8 +81,7 @@ def document(seed: int = 11) -> dict:
             ann["segmentation"] = segmentation
         annotations.append(ann)
 
-    for n, image in enumerate(images):
-        w, h = image["width"], image["height"]
+    for n, (image, (w, h)) in enumerate(zip(images, SIZES, strict=True)):
         if n == 6:
             continue  # no annotations: an all-zero mask
         for a in range(int(rng.integers(2, 6))):

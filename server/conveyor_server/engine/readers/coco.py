@@ -13,10 +13,11 @@ with ``ratio`` divided by the image's width and height; polygons (``polygon_mask
 ``[box index, first vertex, end vertex]`` rows into the sample's vertices, scaled as the
 boxes; ``pixelwise_masks`` (exclusive with ``polygon_masks``) gives each image an int32
 ``(height, width, 1)`` mask of labels rasterised from its polygons and RLEs
-(``coco_masks.py`` states the rule). The document is parsed once, when the pipeline is built: its size is bounded by
-``limits.max_file_bytes`` before it is read, every field it uses is type-checked (a field
-of the wrong type is INVALID_ARGUMENT naming the entry), and each image's annotations by
-``limits.max_batch_bytes`` as outputs.
+(``coco_masks.py`` states the rule). The document is parsed once, when the pipeline is
+built: its size is bounded by ``limits.max_file_bytes`` before it is read, every field it
+uses is type-checked (a field of the wrong type is INVALID_ARGUMENT naming the entry), and
+each image's annotations by ``limits.max_batch_bytes`` as outputs (with the mask and the
+polygon walk it needs).
 
 The annotations are kept in flat numpy arrays (boxes, labels, vertices, polygon rows) with
 each image's offsets, so reading a sample is reading its image file (bounded by

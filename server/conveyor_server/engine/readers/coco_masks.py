@@ -177,7 +177,7 @@ def pixelwise_mask(height: int, width: int, labels: list[int],
                     bits |= polygon_mask(vertices, height, width)
                 per_label[label] = bits
             else:
-                given = [rles[k] for k in own if rles[k] is not None]
+                given = [counts for k in own if (counts := rles[k]) is not None]
                 if given:
                     per_label[label] = rle_bits(given[-1], size)
         lowest = min(labels)
