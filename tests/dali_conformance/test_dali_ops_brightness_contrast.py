@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
-import conveyor.dali.types as types
+from conveyor.dali import fn, types
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import InvalidArgument
 from tests.dali_conformance.dali_test_utils import compare_pipelines
@@ -168,7 +167,7 @@ def test_vs_ref(inp: Any, out: Any, has_3_dims: bool, const_center: bool) -> Non
     for _ in range(ITERS):
         got, x, brightness, shift, contrast, *rest = pipe.run()
         for i in range(BATCH):
-            c = float(np.asarray(rest[0].at(i))) if rest else center
+            c = float(np.asarray(rest[0].at(i))) if rest else float(center or 0.0)
             ref = bricon_ref(np.asarray(x.at(i)).astype(np.float64),
                              float(np.asarray(brightness.at(i))),
                              float(np.asarray(shift.at(i))),

@@ -12,7 +12,8 @@ input cases assert Conveyor's refusal (SPEC_ERROR naming the count: ``cat`` and 
 join up to 64 inputs). One difference: stacking scalars without a layout with
 ``axis_name="C"`` gives DALI's layout ``"C"`` and Conveyor's none (a layout is fixed when the
 pipeline is built, before the inputs' dimensions are known; without an input layout
-Conveyor's ``stack`` gives none): those 3 cases assert Conveyor's empty layout. Not ported: the ``"gpu"`` outputs (GPU only).
+Conveyor's ``stack`` gives none): those 3 cases assert Conveyor's empty layout. Not
+ported: the ``"gpu"`` outputs (GPU only).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
+from conveyor.dali import fn
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import SpecError
 
@@ -65,9 +66,9 @@ def test_cat_all_empty() -> None:
 def input_generator(num_inputs: int, batch_size: int, ndim: int,
                     variable_axis: int | None = None) -> Any:
     max_extent = 1 if ndim <= 0 else \
-        int(math.ceil(math.pow(1e4 / (batch_size * num_inputs), 1 / ndim)))
+        math.ceil(math.pow(1e4 / (batch_size * num_inputs), 1 / ndim))
 
-    def gen(iteration: int) -> tuple[list[np.ndarray], ...]:
+    def gen(iteration: int) -> tuple[list[Any], ...]:
         rng = np.random.default_rng(iteration)
         if ndim == 0:
             return tuple([np.float32(rng.random()) for _ in range(batch_size)]

@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
-import conveyor.dali.types as types
+from conveyor.dali import fn, types
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import InvalidArgument, NotSupported
 
-NP_TYPES = {types.FLOAT: np.float32, types.INT16: np.int16, types.UINT8: np.uint8,
+NP_TYPES: dict[Any, Any] = {types.FLOAT: np.float32, types.INT16: np.int16, types.UINT8: np.uint8,
             types.INT32: np.int32}
 BATCH = 4
 ITERS = 2
@@ -63,7 +62,8 @@ def test_color_twist_default_dtype(dtype: Any) -> None:
 
     @pipeline_def(batch_size=1, num_threads=3, device_id=0)
     def pipeline() -> Any:
-        data = fn.external_source(lambda iteration: [np.full((10, 10, 3), 255, np_type)], batch=True,
+        data = fn.external_source(lambda iteration: [np.full((10, 10, 3), 255, np_type)],
+                                  batch=True,
                                   layout="HWC")
         return fn.hue(data)
 

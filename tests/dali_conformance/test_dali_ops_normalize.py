@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
+from conveyor.dali import fn
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import SpecError
 
@@ -130,7 +130,7 @@ def run_case(batch_size: int, dims: int, axes: list[int] | None, axis_names: str
             refs.append(dict(mean=1, stddev=2))
         for out, how in zip(outs[3:], refs, strict=True):
             for i in range(batch_size):
-                given: dict[str, Any] = {
+                given: Any = {
                     "mean": dict(mean=mean[i], ddof=ddof),
                     "stddev": dict(stddev=stddev[i], ddof=ddof),
                     "all": dict(mean=mean[i], stddev=stddev[i]),
@@ -157,14 +157,14 @@ AXES_CASES = [(dim, axes, None) for dim in range(1, 6) for axes in _all_axes(dim
 
 
 @pytest.mark.parametrize(("dim", "axes", "axis_names"), AXES_CASES)
-def test_cpu_up_to_5D_all_axis_combinations(dim: int, axes: list[int] | None,
-                                            axis_names: str | None) -> None:
+def test_cpu_up_to_5D_all_axis_combinations(  # noqa: N802 - DALI's name
+        dim: int, axes: list[int] | None, axis_names: str | None) -> None:
     run_case(5, dim, axes, axis_names)
 
 
 @pytest.mark.parametrize(("dim", "axes", "axis_names"), AXES_CASES)
-def test_cpu_up_to_5D_batch_norm_is_refused(dim: int, axes: list[int] | None,
-                                            axis_names: str | None) -> None:
+def test_cpu_up_to_5D_batch_norm_is_refused(  # noqa: N802 - DALI's name
+        dim: int, axes: list[int] | None, axis_names: str | None) -> None:
     args: dict[str, Any] = {"axes": axes} if axes is not None else {}
     if axis_names is not None:
         args = {"axis_names": axis_names}

@@ -12,8 +12,9 @@ with PIL inside a ``python_function``; here an external source generates random 
 Conveyor's exception types and messages. ``DLTensorPythonFunction`` (the ``_dl`` cases)
 and ``enable_conditionals`` assert Conveyor's refusal, naming them. One difference:
 ``output_layouts=["IJK"]`` for two outputs gives both ``"IJK"`` (Conveyor records the
-argument as strings, so a list of one reads as one string; DALI leaves the second empty). ``test_sink`` runs with ``prefetch_queue_depth=1``: with 2 the
-in-process pipeline has computed the next batch too when ``run()`` returns. Not ported:
+argument as strings, so a list of one reads as one string; DALI leaves the second empty).
+``test_sink`` runs with ``prefetch_queue_depth=1``: with 2 the in-process pipeline has
+computed the next batch too when ``run()`` returns. Not ported:
 ``test_dlpack_conversions`` (DALI's internal DLPack helpers), ``test_python_operator_
 brightness`` (a GPU ``brightness_contrast``), ``test_func_with_side_effects`` (it counts calls
 in a global: Conveyor requires pure functions, whose name stands for their outputs in
@@ -27,8 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
-import conveyor.dali.types as types
+from conveyor.dali import fn, types
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import ConveyorError
 

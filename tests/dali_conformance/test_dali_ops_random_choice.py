@@ -5,8 +5,9 @@ anew against ``conveyor.dali``.
 
 Changed, with the reason: Conveyor's ``a`` is a constant (a number ``n`` or a list): every
 case of DALI's that feeds ``a`` per sample from an external source asserts Conveyor's
-refusal (SPEC_ERROR naming ``a``, or ``p`` where that is fed too): the 51 ``test_choice_dist`` cases, ``test_layout`` (5)
-and ``test_choice_64_bit_type``. ``test_choice_dist`` is also run with constant ``a`` (the
+refusal (SPEC_ERROR naming ``a``, or ``p`` where that is fed too): the 51
+``test_choice_dist`` cases, ``test_layout`` (5) and ``test_choice_64_bit_type``.
+``test_choice_dist`` is also run with constant ``a`` (the
 scalar and list kinds, with and without ``p``, over DALI's output shapes): the values drawn
 are the expected set and each one's frequency is within 5 standard deviations of its
 probability (DALI compares with numpy's generator by a chi-square test; scipy is not a
@@ -26,8 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
-import conveyor.dali.types as types
+from conveyor.dali import fn, types
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import SpecError
 

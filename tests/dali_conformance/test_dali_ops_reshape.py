@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
-import conveyor.dali.types as types
+from conveyor.dali import fn, types
 from conveyor.dali.pipeline import pipeline_def
 from conveyor.errors import InvalidArgument, NotSupported
 
@@ -85,7 +84,8 @@ def test_reshape_arg(relative: bool, use_wildcard: bool) -> None:
 
     p = pipe()
     for _ in range(2):
-        verify_flatten(*p.run(), src_shape=(h, w, 3))
+        imgs, reshaped = p.run()
+        verify_flatten(imgs, reshaped, src_shape=(h, w, 3))
 
 
 def collapse_channels(image: np.ndarray) -> np.ndarray:
@@ -107,7 +107,8 @@ def test_reshape_input(use_wildcard: bool) -> None:
 
     p = pipe()
     for _ in range(2):
-        verify_flatten(*p.run())
+        imgs, reshaped = p.run()
+        verify_flatten(imgs, reshaped)
 
 
 def make_tall(relative: bool, wildcard: bool) -> Any:
@@ -188,7 +189,7 @@ def test_reshape_src_dims_throw_error(src_dims: list[int], rel_shape: Any,
         pipe.run()
 
 
-@pytest.mark.parametrize("rel_shape", [[1, -1, 1], np.float32([1, -1, 1])])
+@pytest.mark.parametrize("rel_shape", [[1, -1, 1], np.array([1, -1, 1], np.float32)])
 def test_invalid_wildcard(rel_shape: Any) -> None:
     pipe = reshape_pipe([[480, 640], [320, 240]], rel_shape=rel_shape)
     with pytest.raises(InvalidArgument, match="'rel_shape' has 3 entries for an input of 2 "

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import conveyor.dali.fn as fn
+from conveyor.dali import fn
 from conveyor.dali.pipeline import pipeline_def
 
 

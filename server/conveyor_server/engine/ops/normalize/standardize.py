@@ -11,7 +11,6 @@ is ``(x - mean) * factor + shift``, converted to ``dtype`` (integers: rounded an
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 import numpy as np
