@@ -7,7 +7,7 @@ constant or random ``contrast_center``, written anew against ``conveyor.dali``.
 
 Changed, with the reason: the ``has_3_dims`` cases (FHWC video) assert Conveyor's refusal
 (INVALID_ARGUMENT, "expected an HWC image ...", naming the operator and the sample): its
-colour operators take images, not sequences (12 of 36 ``test_equivalence`` cases and 9 of
+colour operators take images, not sequences (19 of 36 ``test_equivalence`` cases and 11 of
 18 ``test_vs_ref`` cases). The data are generated per iteration (DALI's
 ``RandomDataIterator`` over DALI_extra-free random arrays, as here), in batches of 4 for 2
 iterations (DALI: 32 for 16 and 8), to keep the run short; the reference is computed from
