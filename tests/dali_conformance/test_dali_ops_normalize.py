@@ -10,10 +10,10 @@ formula; written anew against ``conveyor.dali``.
 Changed, with the reason: the ``batch=True`` half of the axis combinations asserts
 Conveyor's refusal (SPEC_ERROR naming ``batch``: each sample is normalized with its own
 statistics); every case runs one iteration (DALI: 2), 4- and 5-D extents are below 6
-(DALI: below 10) and the types cases run batches of 8 (DALI: 50), to keep the run short. One fix came of the port: with ``ddof`` at or above the
-number of values reduced (a 1-value axis with DALI's ``ddof=2``), Conveyor's variance was
-NaN; it is now 0, as DALI's (then ``epsilon`` applies). Not ported: the ``"gpu"`` cases
-(GPU only).
+(DALI: below 10) and the types cases run batches of 8 (DALI: 50), to keep the run short.
+One fix came of the port: with ``ddof`` at or above the number of values reduced (a
+1-value axis with DALI's ``ddof=2``), Conveyor's variance was NaN; it is now 0, as DALI's
+(then ``epsilon`` applies). Not ported: the ``"gpu"`` cases (GPU only).
 """
 
 from __future__ import annotations

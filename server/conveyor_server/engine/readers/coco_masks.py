@@ -103,9 +103,17 @@ def polygon_boundaries(vertices: np.ndarray, height: int, width: int) -> np.ndar
 
 
 def toggles_to_bits(positions: np.ndarray, size: int) -> np.ndarray:
-    """Pixels (column-major, bool) covered by an odd number of toggles at or before them."""
-    hits = np.bincount(positions, minlength=size + 1)[:size]
-    return (np.cumsum(hits) & 1).astype(bool)
+    """Pixels (column-major, bool) covered by an odd number of toggles at or before them
+    (counted only between the first toggle and the last: the work follows the polygon's
+    extent, not the image's)."""
+    bits = np.zeros(size, bool)
+    positions = positions[positions < size]
+    if len(positions):
+        lo, hi = int(positions.min()), int(positions.max())
+        hits = np.bincount(positions - lo, minlength=hi - lo + 1)
+        bits[lo:hi + 1] = (np.cumsum(hits) & 1).astype(bool)
+        bits[hi + 1:] = bits[hi]  # an odd count covers the rest
+    return bits
 
 
 def polygon_mask(vertices: np.ndarray, height: int, width: int) -> np.ndarray:
