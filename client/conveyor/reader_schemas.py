@@ -83,9 +83,11 @@ def tfrecord_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
 
 def coco_outputs(args: Mapping[str, Any]) -> tuple[str, ...]:
     """``readers.coco``: the image's bytes, its boxes and their labels, then the polygons and
-    their vertices if ``polygon_masks``, then the image's id if ``image_ids``."""
+    their vertices if ``polygon_masks`` or the mask if ``pixelwise_masks``, then the image's
+    id if ``image_ids``."""
     return (("images", "bboxes", "labels")
             + (("polygons", "vertices") if args["polygon_masks"] else ())
+            + (("pixelwise_masks",) if args["pixelwise_masks"] else ())
             + (("image_ids",) if args["image_ids"] else ()))
 
 
@@ -194,6 +196,7 @@ READER_SCHEMAS = {
             "include_iscrowd": Arg("bool", default=True),
             "avoid_class_remapping": Arg("bool", default=False),
             "polygon_masks": Arg("bool", default=False),
+            "pixelwise_masks": Arg("bool", default=False),
             "image_ids": Arg("bool", default=False),
             **READER_ORDER,
             "lazy_init": Arg("bool", default=False),
@@ -207,7 +210,9 @@ READER_SCHEMAS = {
              "with their boxes (float32, `[x, y, w, h]` or with `ltrb` `[l, t, r, b]`; "
              "`ratio` divides by the image's size), labels (int32, the category's position "
              "from 1, or its id with `avoid_class_remapping`), with `polygon_masks` the "
-             "polygons (`[box, first vertex, end vertex]`) and vertices, with `image_ids` "
+             "polygons (`[box, first vertex, end vertex]`) and vertices, with "
+             "`pixelwise_masks` an int32 `(H, W, 1)` mask of labels rasterised from the "
+             "polygons and RLEs as DALI's, with `image_ids` "
              "the image's id. See [readers](../guides/readers.md#coco)."),
     ),
 }

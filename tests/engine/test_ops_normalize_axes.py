@@ -80,3 +80,14 @@ def test_a_flat_sample_gives_zeros_and_errors_name_the_argument() -> None:
         run(op, noise(4, 4), mean=np.zeros(2, np.float32))
     with pytest.raises(InvalidArgument, match="float64 are not supported"):
         run(build("normalize"), noise(4, 4).astype(np.float64))
+
+
+def test_ddof_at_or_above_the_values_reduced_gives_a_variance_of_zero() -> None:
+    # As DALI: no degrees of freedom left is a variance of 0, so epsilon alone divides
+    # (before, 1 value with ddof=2 gave NaN).
+    x = noise(1, 5, seed=3)
+    out = run(build("normalize", axes=[0], ddof=2, mean=1.0, epsilon=0.25), x)
+    expected = (x.astype(np.float64) - 1.0) / 0.5
+    assert np.abs(out - expected).max() < 1e-4
+    flat = run(build("normalize", axes=[0], ddof=1), x)
+    assert np.array_equal(flat, np.zeros_like(flat))

@@ -51,6 +51,10 @@ def test_errors_name_the_argument() -> None:
         stage(a=(1.0, 2.0), p=(0.4, 0.5))
     with pytest.raises(SpecError, match="'a'.*n >= 1"):
         stage(a=(0.0,))
+    # n is bounded before its values are tabulated (1 << 40 once asked for 4 TiB).
+    with pytest.raises(SpecError, match="'a': got 1,099,511,627,776: n may be at most "
+                                        "1,048,576"):
+        stage(a=(float(1 << 40),))
 
 
 def test_fn_random_choice_takes_a_as_its_first_input() -> None:

@@ -11,10 +11,13 @@ positions in the document's ``categories`` list, from 1 (``avoid_class_remapping
 ids as written). Boxes are ``[x, y, w, h]`` (``ltrb``: ``[l, t, r, b]``) in float32 pixels, or
 with ``ratio`` divided by the image's width and height; polygons (``polygon_masks``) are
 ``[box index, first vertex, end vertex]`` rows into the sample's vertices, scaled as the
-boxes. The document is parsed once, when the pipeline is built: its size is bounded by
-``limits.max_file_bytes`` before it is read, every field it uses is type-checked (a field
-of the wrong type is INVALID_ARGUMENT naming the entry), and each image's annotations by
-``limits.max_batch_bytes`` as outputs.
+boxes; ``pixelwise_masks`` (exclusive with ``polygon_masks``) gives each image an int32
+``(height, width, 1)`` mask of labels rasterised from its polygons and RLEs
+(``coco_masks.py`` states the rule). The document is parsed once, when the pipeline is
+built: its size is bounded by ``limits.max_file_bytes`` before it is read, every field it
+uses is type-checked (a field of the wrong type is INVALID_ARGUMENT naming the entry), and
+each image's annotations by ``limits.max_batch_bytes`` as outputs (with the mask and the
+polygon walk it needs).
 
 The annotations are kept in flat numpy arrays (boxes, labels, vertices, polygon rows) with
 each image's offsets, so reading a sample is reading its image file (bounded by
@@ -42,6 +45,11 @@ from conveyor_server.engine.readers.build import (
     reader_orders,
     reader_stage,
     register_reader,
+)
+from conveyor_server.engine.readers.coco_masks import (
+    boundary_steps,
+    decode_rle_string,
+    pixelwise_mask,
 )
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 from conveyor_server.engine.readers.identity import ReaderIdentity
@@ -83,13 +91,14 @@ class CocoOptions:
     remap: bool
     polygons: bool
     image_ids: bool
+    pixelwise: bool = False
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> CocoOptions:
         return cls(bool(args["ltrb"]), bool(args["ratio"]), bool(args["skip_empty"]),
                    float(args["size_threshold"]), bool(args["include_iscrowd"]),
                    not args["avoid_class_remapping"], bool(args["polygon_masks"]),
-                   bool(args["image_ids"]))
+                   bool(args["image_ids"]), bool(args["pixelwise_masks"]))
 
 
 class CocoIndex:
@@ -118,13 +127,16 @@ class CocoIndex:
             if not isinstance(name, str) or not name:
                 raise DocumentError(f"images[{i}].file_name must be a non-empty string")
             width, height = (_int(image[k], f"images[{i}].{k}") for k in ("width", "height"))
-            if options.ratio and (width <= 0 or height <= 0):
-                raise DocumentError(f"images[{i}] is {width}x{height}: ratio needs a positive "
-                                    "width and height")
+            for option, wanted in (("ratio", options.ratio),
+                                   ("pixelwise_masks", options.pixelwise)):
+                if wanted and (width <= 0 or height <= 0):
+                    raise DocumentError(f"images[{i}] is {width}x{height}: {option} needs a "
+                                        "positive width and height")
             infos.append((_int(image["id"], f"images[{i}].id"), name, width, height))
         infos.sort(key=lambda info: info[0])
         by_id: dict[int, list[int]] = {info[0]: [] for info in infos}
-        kept: list[tuple[np.ndarray, int, list[list[float]]]] = []
+        size_of = {info[0]: (info[3], info[2]) for info in infos}
+        kept: list[tuple[np.ndarray, int, list[list[float]], list[int] | None]] = []
         for a, ann in enumerate(annotations):
             what = f"annotations[{a}]"
             if not isinstance(ann, dict):
@@ -153,9 +165,15 @@ class CocoIndex:
                 label = labels_of[category]
             else:
                 label = category
+            if options.pixelwise and label < 0:
+                raise DocumentError(f"{what} has label {label}: pixelwise_masks needs labels "
+                                    "of 0 or more")
             polygons: list[list[float]] = []
+            rle: list[int] | None = None
             segmentation = ann.get("segmentation")
-            if options.polygons and isinstance(segmentation, list):
+            if options.pixelwise and isinstance(segmentation, dict):
+                rle = _rle_counts(segmentation, size_of[image_id], f"{what}.segmentation")
+            if (options.polygons or options.pixelwise) and isinstance(segmentation, list):
                 for p, polygon in enumerate(segmentation):
                     coords = [_number(v, f"{what}.segmentation[{p}]")
                               for v in _list(polygon, f"{what}.segmentation[{p}]")]
@@ -164,10 +182,13 @@ class CocoIndex:
                                             "coordinates")
                     polygons.append(coords)
             by_id[image_id].append(len(kept))
-            kept.append((xywh, label, polygons))
+            kept.append((xywh, label, polygons, rle))
         names, ids, sizes = [], [], []
         box_rows, label_rows, poly_rows, vertex_rows = [], [], [], []
-        box_ends, poly_ends, vertex_ends = [0], [0], [0]
+        rle_rows: list[tuple[int, int, int]] = []
+        rle_counts: list[list[int]] = []
+        box_ends, poly_ends, vertex_ends, rle_ends = [0], [0], [0], [0]
+        counts_here = 0
         for image_id, name, width, height in infos:
             own = by_id[image_id]
             if options.skip_empty and not own:
@@ -175,8 +196,10 @@ class CocoIndex:
             scale = np.array([width, height, width, height], dtype=np.float32)
             vertices_here = 0
             polys_here = 0
+            rles_here = 0
+            walk = 0
             for k, n in enumerate(own):
-                xywh, label, polygons = kept[n]
+                xywh, label, polygons, rle = kept[n]
                 box = xywh.copy()
                 if options.ltrb:
                     box[2] += box[0]
@@ -185,9 +208,24 @@ class CocoIndex:
                     box = box / scale
                 box_rows.append(box)
                 label_rows.append(label)
-                for coords in polygons:
+                if rle is not None:
+                    if sum(rle) != height * width:  # an image listed twice with one id
+                        raise DocumentError(f"annotation {k} of image {name!r}: its RLE "
+                                            f"covers {sum(rle)} pixels, the image has "
+                                            f"{height * width}")
+                    rle_rows.append((k, counts_here, counts_here + len(rle)))
+                    rle_counts.append(rle)
+                    counts_here += len(rle)
+                    rles_here += 1
+                for p, coords in enumerate(polygons):
                     v = np.array(coords, dtype=np.float32).reshape(-1, 2)
-                    if options.ratio:
+                    if options.pixelwise:
+                        try:
+                            walk += boundary_steps(v)
+                        except ValueError as exc:
+                            raise DocumentError(f"annotation {k} of image {name!r}: polygon "
+                                                f"{p} {exc}") from None
+                    if options.ratio and options.polygons:
                         v = v / scale[:2]
                     poly_rows.append((k, vertices_here, vertices_here + len(v)))
                     vertex_rows.append(v)
@@ -196,12 +234,18 @@ class CocoIndex:
             limits.check_output((len(own), 4), "float32", f"the boxes of image {name!r}")
             limits.check_output((vertices_here, 2), "float32",
                                 f"the polygon vertices of image {name!r}")
+            if options.pixelwise:
+                limits.check_output((height, width, 1), "int32",
+                                    f"the pixelwise mask of image {name!r}")
+                limits.check_bytes(16 * walk, f"the boundary walk of image {name!r}'s polygons "
+                                              f"({walk:,} points)")
             names.append(name)
             ids.append(image_id)
             sizes.append((width, height))
             box_ends.append(box_ends[-1] + len(own))
             poly_ends.append(poly_ends[-1] + polys_here)
             vertex_ends.append(vertex_ends[-1] + vertices_here)
+            rle_ends.append(rle_ends[-1] + rles_here)
         self.names = names
         self.ids = np.array(ids, dtype=np.int32)
         self.boxes = (np.stack(box_rows).astype(np.float32) if box_rows
@@ -213,6 +257,10 @@ class CocoIndex:
         self.box_ends = np.array(box_ends, dtype=np.int64)
         self.poly_ends = np.array(poly_ends, dtype=np.int64)
         self.vertex_ends = np.array(vertex_ends, dtype=np.int64)
+        self.sizes = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+        self.rles = np.array(rle_rows, dtype=np.int64).reshape(-1, 3)
+        self.rle_counts = np.array([c for counts in rle_counts for c in counts], dtype=np.int64)
+        self.rle_ends = np.array(rle_ends, dtype=np.int64)
         self.options = options
 
     def digest(self) -> str:
@@ -220,7 +268,8 @@ class CocoIndex:
         h = hashlib.sha256()
         h.update("\0".join(self.names).encode("utf-8", "surrogateescape"))
         for array in (self.ids, self.boxes, self.labels, self.polygons, self.vertices,
-                      self.box_ends, self.poly_ends, self.vertex_ends):
+                      self.box_ends, self.poly_ends, self.vertex_ends, self.sizes, self.rles,
+                      self.rle_counts, self.rle_ends):
             h.update(np.ascontiguousarray(array).tobytes())
         return h.hexdigest()
 
@@ -231,9 +280,53 @@ class CocoIndex:
             p0, p1 = int(self.poly_ends[index]), int(self.poly_ends[index + 1])
             v0, v1 = int(self.vertex_ends[index]), int(self.vertex_ends[index + 1])
             out += [self.polygons[p0:p1].copy(), self.vertices[v0:v1].copy()]
+        if self.options.pixelwise:
+            out.append(self.mask(index))
         if self.options.image_ids:
             out.append(self.ids[index:index + 1].copy())
         return out
+
+
+    def mask(self, index: int) -> np.ndarray:
+        """The image's pixelwise mask (``coco_masks.pixelwise_mask``)."""
+        b0, b1 = int(self.box_ends[index]), int(self.box_ends[index + 1])
+        labels = self.labels[b0:b1].tolist()
+        polygons: list[list[np.ndarray]] = [[] for _ in labels]
+        p0, p1 = int(self.poly_ends[index]), int(self.poly_ends[index + 1])
+        v0 = int(self.vertex_ends[index])
+        for k, start, end in self.polygons[p0:p1].tolist():
+            polygons[k].append(self.vertices[v0 + start:v0 + end])
+        rles: list[np.ndarray | None] = [None for _ in labels]
+        r0, r1 = int(self.rle_ends[index]), int(self.rle_ends[index + 1])
+        for k, start, end in self.rles[r0:r1].tolist():
+            rles[k] = self.rle_counts[start:end]
+        width, height = (int(v) for v in self.sizes[index])
+        return pixelwise_mask(height, width, labels, polygons, rles)
+
+
+def _rle_counts(segmentation: dict, size: tuple[int, int], what: str) -> list[int]:
+    """The run lengths of an RLE segmentation, checked against the image's size."""
+    shape = segmentation.get("size")
+    if (not isinstance(shape, list) or len(shape) != 2
+            or [_int(v, f"{what}.size") for v in shape] != list(size)):
+        raise DocumentError(f"{what}.size must be the image's [height, width] = {list(size)}, "
+                            f"got {shape!r:.60}")
+    given = segmentation.get("counts")
+    if isinstance(given, str):
+        try:
+            counts = decode_rle_string(given)
+        except ValueError as exc:
+            raise DocumentError(f"{what}.counts {exc}") from None
+    elif isinstance(given, list):
+        counts = [_int(v, f"{what}.counts") for v in given]
+        if any(c < 0 for c in counts):
+            raise DocumentError(f"{what}.counts holds a negative count")
+    else:
+        raise DocumentError(f"{what}.counts must be a string or a list of integers")
+    if not counts or sum(counts) != size[0] * size[1]:
+        raise DocumentError(f"{what}.counts cover {sum(counts)} pixels, the image has "
+                            f"{size[0] * size[1]}")
+    return counts
 
 
 def _load_document(paths: ReaderPaths, located: Located, limits: EngineLimits) -> Any:
@@ -303,6 +396,9 @@ def build_coco_reader(request: ReaderRequest) -> Reader:
     for argument in ("file_root", "annotations_file"):
         if not args[argument]:
             raise SpecError(OP, argument, "is required")
+    if args["polygon_masks"] and args["pixelwise_masks"]:
+        raise SpecError(OP, "pixelwise_masks", "and polygon_masks are mutually exclusive (as "
+                                               "in DALI): set one")
     document_file = paths.locate(args["annotations_file"], "annotations file")
     document = _load_document(paths, document_file, request.limits)
     try:
@@ -340,16 +436,17 @@ def _coco() -> list[np.ndarray]:
              "segmentation": [[1.5, 2.0, 11.5, 2.0, 11.5, 6.0]], "iscrowd": 0},
             {"image_id": 9, "category_id": 90, "bbox": [0.0, 0.0, 0.05, 3.0], "iscrowd": 0},
             {"image_id": 2, "category_id": 90, "bbox": [3.0, 1.0, 2.0, 2.0], "iscrowd": 1,
-             "segmentation": {"counts": "abc", "size": [48, 64]}},
+             "segmentation": {"counts": [100, 7, 40, 2925], "size": [48, 64]}},
             {"image_id": 9, "category_id": 3, "bbox": [5.0, 6.0, 7.0, 8.0],
              "segmentation": [[5.0, 6.0, 12.0, 6.0, 12.0, 14.0, 5.0, 14.0], [1.0, 1.0, 2.0,
                                                                            2.0, 1.0, 2.0]]}]}
     for flags in ({}, {"ltrb": True, "ratio": True, "polygon_masks": True, "image_ids": True},
                   {"skip_empty": True, "include_iscrowd": False, "size_threshold": 0.01},
-                  {"avoid_class_remapping": True, "polygon_masks": True}):
+                  {"avoid_class_remapping": True, "polygon_masks": True},
+                  {"pixelwise_masks": True, "ratio": True}):
         args = {"ltrb": False, "ratio": False, "skip_empty": False, "size_threshold": 0.1,
                 "include_iscrowd": True, "avoid_class_remapping": False,
-                "polygon_masks": False, "image_ids": False, **flags}
+                "polygon_masks": False, "pixelwise_masks": False, "image_ids": False, **flags}
         index = CocoIndex(document, CocoOptions.from_args(args), NO_LIMITS)
         for i in range(len(index.names)):
             out += index.annotations(i)

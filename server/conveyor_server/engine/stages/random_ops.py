@@ -62,6 +62,11 @@ def _coin_flip(args: Mapping[str, Any]) -> Draw:
     return flip
 
 
+#: The largest ``n`` of ``random.choice(n)``: its values and their cumulative
+#: probabilities are tabulated (12 bytes a value).
+MAX_CHOICE_N = 1 << 20
+
+
 def choice_table(args: Mapping[str, Any]) -> np.ndarray:
     """The values ``random.choice`` draws from: ``a``, or ``0 .. n-1`` for one whole
     number ``n``; int32 when every value is whole, else float32."""
@@ -71,6 +76,11 @@ def choice_table(args: Mapping[str, Any]) -> np.ndarray:
         if a[0] < 1:
             raise SpecError("random.choice", "a", f"got {int(a[0])}: give n >= 1 to draw from "
                             "0 .. n-1, or a list of values")
+        if a[0] > MAX_CHOICE_N:
+            raise SpecError("random.choice", "a", f"got {int(a[0]):,}: n may be at most "
+                            f"{MAX_CHOICE_N:,} (the values are tabulated when the pipeline "
+                            "is built); draw a larger index with fn.random.uniform and "
+                            "fn.cast")
         return np.arange(int(a[0]), dtype=np.int32)
     if a.size == 0:
         raise SpecError("random.choice", "a", "is empty: give the values to draw from")

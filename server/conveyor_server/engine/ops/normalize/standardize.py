@@ -10,6 +10,7 @@ is ``(x - mean) * factor + shift``, converted to ``dtype`` (integers: rounded an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -91,8 +92,11 @@ def build_normalize(ctx: OpContext) -> SampleOp:
                 raise InvalidArgument(f"{op}: 'mean' has shape {mean.shape}; to compute the "
                                       f"standard deviation over axes {list(reduced)} it must "
                                       f"broadcast to {kept}") from None
-            variance = reduce_sample(op, "variance", x, reduced, keep_dims=True, mean=centre,
-                                     ddof=args["ddof"])
+            if math.prod(x.shape[a] for a in reduced) > args["ddof"]:
+                variance = reduce_sample(op, "variance", x, reduced, keep_dims=True,
+                                         mean=centre, ddof=args["ddof"])
+            else:  # as DALI: no degrees of freedom left, a variance of 0 (then epsilon)
+                variance = np.zeros(kept, F32)
             factor = inverse_stddev(variance, epsilon, scale)
         else:
             factor = inverse_stddev(stddev * stddev, epsilon, scale)
