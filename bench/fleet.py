@@ -340,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
                             "(default 0,1); the trainer takes the machine's other cores")
     args = parse_args((__doc__ or "").splitlines()[0], argv=argv, extra=only)
     parts = args.only or PARTS
-    image_dir = make_dataset(args.data, args.images)
+    # Only the file reader's parts read images (made once, then cached under --data).
+    image_dir = make_dataset(args.data, args.images) if {"cores", "seek"} & set(parts) \
+        else args.data
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "conveyor-bench-fleet"
     log_dir.mkdir(exist_ok=True)
     print(machine(), "\n")
