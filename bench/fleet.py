@@ -1,9 +1,10 @@
 """Fan-in: one trainer fed by several servers (``Client.open(..., workers=k)``).
 
 - scaling on real cores: a CPU-heavy pipeline (decode, rotate, resize to 224) read by one
-  trainer from 1 server pinned to core 0 (its stream, ``workers=1``) against 2 servers
-  pinned to cores 0 and 1 (``workers=2``), each server with one worker thread. The
-  trainer is not pinned: on a 2-core machine it shares the cores with the servers.
+  trainer from 1 server pinned to one core (its stream, ``workers=1``) against 2 servers
+  pinned to two cores (``workers=2``), each server with one worker thread (``--cores``,
+  default 0 and 1). Where the machine has other cores, the trainer is pinned to those;
+  on a 2-core machine it shares the servers' cores.
 - mechanism scaling: 1, 2, 4 and 8 servers computing a pipeline whose cost is a fixed wait
   per batch (an external source that sleeps, on the server's submitting thread, so one
   server computes one batch at a time); the trainer's own limit is measured on the same
@@ -15,7 +16,10 @@
 - tail: the longest wait for one batch when one of 3 workers is killed (-9), and when one
   is stopped (SIGSTOP; the hedge takes over), beside the usual wait.
 
-Run: python -m bench.fleet [--quick]
+Run: python -m bench.fleet [--quick] [--only cores --only mechanism] [--cores 2,3]
+(from the repository root, in the venv ``make .venv/.installed-test`` makes; it starts
+its own Redis and servers). It ends with the ratios: 2 pinned servers over 1 (the target
+is 1.6 or more), and k servers over k x 1 in the mechanism's scaling.
 """
 
 from __future__ import annotations
@@ -161,24 +165,47 @@ def rate(addresses: list[str], spec: Any, workers: int | str, batches: int,
     return batches * batch / took, used / (batches * batch)
 
 
+@contextmanager
+def pinned_trainer(server_cores: tuple[int, int]) -> Iterator[str]:
+    """This process (every thread) on the cores the servers do not use, where there are
+    such cores; says where the trainer runs."""
+    allowed = os.sched_getaffinity(0)
+    rest = sorted(allowed - set(server_cores))
+    if not rest:
+        yield "not pinned (no core left beside the servers')"
+        return
+    cores = ",".join(map(str, rest))
+    subprocess.run(["taskset", "-a", "-p", "-c", cores, str(os.getpid())], check=True,
+                   capture_output=True)
+    try:
+        yield f"pinned to cores {cores}"
+    finally:
+        subprocess.run(["taskset", "-a", "-p", "-c", ",".join(map(str, sorted(allowed))),
+                        str(os.getpid())], check=True, capture_output=True)
+
+
 def scaling_on_cores(data_root: Path, image_dir: Path, log_dir: Path, runs: int,
-                     batches: int) -> None:
-    print("Scaling on real cores: decode + rotate + resize 224, batches of 8; servers "
-          "pinned (one worker thread each), the trainer not\n")
+                     batches: int, cores: tuple[int, int]) -> str:
     spec = heavy(str(image_dir))
-    with fleet(data_root, log_dir) as f:
-        a, b = f.start(core=0), f.start(core=1)
-        got = interleaved({
-            "1 server (core 0)": lambda: rate([a], spec, 1, batches, 8)[0],
-            "2 servers (cores 0, 1)": lambda: rate([a, b], spec, 2, batches, 8)[0],
-        }, runs)
-    one, two = got["1 server (core 0)"], got["2 servers (cores 0, 1)"]
+    first, second = cores
+    with pinned_trainer(cores) as where:
+        print("Scaling on real cores: decode + rotate + resize 224, batches of 8; servers "
+              f"pinned (one worker thread each), the trainer {where}\n")
+        with fleet(data_root, log_dir) as f:
+            a, b = f.start(core=first), f.start(core=second)
+            one_name, two_name = f"1 server (core {first})", f"2 servers (cores {first}, {second})"
+            got = interleaved({
+                one_name: lambda: rate([a], spec, 1, batches, 8)[0],
+                two_name: lambda: rate([a, b], spec, 2, batches, 8)[0],
+            }, runs)
     table([[name, f"{median(v):.0f}", spread(v)] for name, v in got.items()],
           ["trainer fed by", "images/s", "spread"])
-    print(f"2 servers / 1 server: {ratio(two, one)}\n")
+    scaled = ratio(got[two_name], got[one_name])
+    print(f"2 servers / 1 server: {scaled}\n")
+    return f"2 pinned servers / 1 (target >= 1.6): {scaled}"
 
 
-def mechanism(data_root: Path, log_dir: Path, runs: int, batches: int) -> None:
+def mechanism(data_root: Path, log_dir: Path, runs: int, batches: int) -> str:
     print(f"Mechanism scaling: a fixed wait of {WAIT_MS * SLEEPY_BATCH:.0f} ms per batch "
           f"({SLEEPY_BATCH} samples of {WAIT_MS} ms), one server computing one batch at a "
           "time\n")
@@ -202,6 +229,8 @@ def mechanism(data_root: Path, log_dir: Path, runs: int, batches: int) -> None:
     print("(1 server: its stream, workers=1; more: the fan-in)")
     print(f"the trainer's own limit on this pipeline (no wait, 2 servers): "
           f"{median(limit):.0f} batches/s ({spread(limit)})\n")
+    return "k servers / (k x 1 server): " + ", ".join(
+        f"{k}: {median(v) / (k * median(got[1])):.2f}" for k, v in got.items() if k > 1)
 
 
 def trainer_cost(data_root: Path, log_dir: Path, runs: int, batches: int) -> None:
@@ -287,29 +316,55 @@ def random_access(image_dir: Path, data_root: Path, runs: int, batches: int) -> 
 PARTS = ("cores", "mechanism", "trainer", "tail", "seek")
 
 
+def cores_pair(text: str) -> tuple[int, int]:
+    """``"a,b"``: two distinct cores this process may use."""
+    try:
+        a, b = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected two core "
+                                         "numbers such as 0,1") from None
+    allowed = os.sched_getaffinity(0)
+    if a == b or a not in allowed or b not in allowed:
+        raise argparse.ArgumentTypeError(f"{text!r} must name two different cores "
+                                         f"of the ones this process may use "
+                                         f"({sorted(allowed)})")
+    return a, b
+
+
 def main(argv: list[str] | None = None) -> int:
     def only(p: argparse.ArgumentParser) -> None:
         p.add_argument("--only", choices=PARTS, action="append",
                        help="run only these parts (repeatable)")
+        p.add_argument("--cores", type=cores_pair, default=(0, 1),
+                       help="the two cores the scaling part pins its servers to, e.g. 2,3 "
+                            "(default 0,1); the trainer takes the machine's other cores")
     args = parse_args((__doc__ or "").splitlines()[0], argv=argv, extra=only)
     parts = args.only or PARTS
-    image_dir = make_dataset(args.data, args.images)
+    # Only the file reader's parts read images (made once, then cached under --data).
+    image_dir = make_dataset(args.data, args.images) if {"cores", "seek"} & set(parts) \
+        else args.data
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "conveyor-bench-fleet"
     log_dir.mkdir(exist_ok=True)
     print(machine(), "\n")
     # Each measurement reads many more batches than the fan-in's reorder window holds
     # (4 per worker + 4), so what was computed ahead during the warm-up does not count.
     batches = 30 if args.quick else 80
+    ratios = []
     if "cores" in parts:
-        scaling_on_cores(args.data, image_dir, log_dir, args.runs, batches)
+        ratios.append(scaling_on_cores(args.data, image_dir, log_dir, args.runs, batches,
+                                       args.cores))
     if "mechanism" in parts:
-        mechanism(args.data, log_dir, args.runs, batches * 5)
+        ratios.append(mechanism(args.data, log_dir, args.runs, batches * 5))
     if "trainer" in parts:
         trainer_cost(args.data, log_dir, args.runs, batches * 3)
     if "seek" in parts:
         random_access(image_dir, args.data, args.runs, batches)
     if "tail" in parts:
         tail(args.data, log_dir, max(1, args.runs // 2))
+    if ratios:
+        print("Ratios (medians of per-run ratios, spread):")
+        for line in ratios:
+            print(f"  {line}")
     return 0
 
 
