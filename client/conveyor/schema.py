@@ -78,15 +78,15 @@ SCHEMAS: dict[str, OpSchema] = {
     "decoders.image": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_DECODER_HINTS, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_DECODER_HINTS,
+         **_ON_ERROR, **_SEED},
         devices=DEVICES,
     ),
     "decoders.image_random_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_DECODER_HINTS,
-         **_ON_ERROR, **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW,
+         **_DECODER_HINTS, **_ON_ERROR, **_SEED},
         devices=DECODER_DEVICES,
     ),
     "decoders.image_crop": OpSchema(

@@ -1,26 +1,21 @@
-"""``copy``: the input as it is, on the CPU a new array, on ``device="gpu"`` the transfer of
-a batch to the pipeline's GPU (what DALI's ``DataNode.gpu()`` records), its outputs CuPy
-arrays there for the GPU operators it feeds."""
+"""``copy``: the input as it is, a new array. Its GPU form (a planner without a kernel) is
+the transfer of a batch to the pipeline's GPU that DALI's ``DataNode.gpu()`` records: the
+samples, any shape and type, as CuPy arrays there for the GPU operators it feeds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from conveyor.errors import DeviceUnavailable
-from conveyor_server.engine.device.devices import cuda_device_count
+from conveyor.errors import InvalidArgument
 from conveyor_server.engine.ops.args import Targs
+from conveyor_server.engine.ops.cuda import plans
+from conveyor_server.engine.ops.cuda.ops import Planner, gpu_planner
 from conveyor_server.engine.ops.probes.inputs import image
 from conveyor_server.engine.ops.probes.probe_set import Case, op_probe
-from conveyor_server.engine.ops.registry import (
-    BATCH,
-    BatchOp,
-    OpContext,
-    SampleBatch,
-    SampleOp,
-    register,
-)
+from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 
 
 def _layout(ctx: OpContext) -> str:
@@ -35,29 +30,20 @@ def build_copy(ctx: OpContext) -> SampleOp:
     return SampleOp(fn=run, layouts=(_layout(ctx),))
 
 
-@register("copy", per=BATCH, devices=("gpu",))
-def build_copy_to_gpu(ctx: OpContext) -> BatchOp:
-    count = cuda_device_count()
-    if count == 0:
-        raise DeviceUnavailable("copy: the transfer to the GPU (data.gpu(), or device='gpu') "
-                                "needs a CUDA device and CuPy where the pipeline runs, and "
-                                "there is none: run the pipeline on a machine or server with "
-                                "a GPU, or leave out .gpu() to keep it on the CPU")
-    if ctx.device_id >= count:
-        raise DeviceUnavailable(f"copy: device_id {ctx.device_id} is not among the "
-                                f"{count} CUDA devices where the pipeline runs; give one of "
-                                f"0..{count - 1}")
-    from conveyor_server.engine.ops.cuda import launch
+@gpu_planner("copy", layout=_layout)
+def copy_planner(ctx: OpContext) -> Planner:
+    def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
+        dtypes = {np.dtype(image.dtype) for image in images}
+        if len(dtypes) > 1:
+            raise InvalidArgument(f"copy: on device='gpu' the samples of a batch share a type, "
+                                  f"got {sorted(str(t) for t in dtypes)}")
+        return plans.TransferPlan([tuple(image.shape) for image in images],
+                                  dtypes.pop() if dtypes else np.dtype(np.uint8))
 
-    device_id = ctx.device_id if ctx.device_id >= 0 else launch.current_device()
-
-    def run(inputs: Sequence[SampleBatch],
-            targs: Mapping[str, SampleBatch]) -> tuple[SampleBatch, ...]:
-        return (launch.to_device(inputs[0], device_id),)
-
-    return BatchOp(fn=run, layouts=(_layout(ctx),), device="gpu")
+    return plan
 
 
 @op_probe("copy")
 def _copy(variant: str) -> list[Case]:
-    return [Case({}, [((image(5, 7, 3),), {}), ((image(2, 3, 1, "float32"),), {})])]
+    return [Case({}, [((image(5, 7, 3),), {}), ((image(2, 3, 3, salt=1),), {})]),
+            Case({}, [((image(2, 3, 1, "float32"),), {})])]
