@@ -71,7 +71,7 @@ _NOT_CONSTANTS = {"annotations", "StrEnum", "Any", "PORTING_PAGE", "not_supporte
 
 
 def __getattr__(name: str) -> Any:
-    """A name DALI's ``types`` has and this module not (``types.INTERP_TRIANGULAR``):
+    """A name DALI's ``types`` has and this module not (``types.INTERP_GAUSSIAN``):
     ``NotSupported`` (an ``AttributeError``), naming the close constants."""
     if name.startswith("_"):
         raise AttributeError(f"module 'conveyor.types' has no attribute {name!r}")
