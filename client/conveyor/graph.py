@@ -5,6 +5,12 @@ the definition being run (``building()`` makes one current, ``current_builder`` 
 ``make_op`` makes the function that records one call of an operator, as ``fn``'s are, its
 constant arguments validated against the declarations (``conveyor.schema``) at once.
 
+Devices, as DALI's: an operator called without ``device`` runs on the GPU when one of its
+inputs is there (the output of a ``"gpu"`` operator or a ``"mixed"`` decoder), else on the
+CPU. ``DataNode.gpu()`` is DALI's transfer: it records the declared operator ``copy`` on
+``device="gpu"`` (the pipeline needs a ``device_id``), so the operators it feeds run on the
+GPU; where the pipeline runs without a CUDA device, building it says so.
+
 DALI's arithmetic expressions are ``DataNode``'s operators: ``images * 0.5``,
 ``(a + b) // 2``, ``-x``, ``a < b``, ``mask & 1``, ``0.5 * images`` each record one
 operator (``conveyor.math_schemas``) through ``make_op``: two operator outputs make
@@ -28,6 +34,8 @@ from conveyor.math_schemas import MAX_EXACT_INT
 from conveyor.schema import encode_arg, num_outputs, schema_of
 from conveyor.v1 import pipeline_pb2
 
+#: The spec devices whose outputs are in GPU memory.
+ON_GPU = ("gpu", "mixed")
 _current: contextvars.ContextVar[GraphBuilder | None] = contextvars.ContextVar(
     "conveyor_graph", default=None
 )
@@ -43,6 +51,25 @@ class DataNode:
 
     def ref(self) -> pipeline_pb2.OutputRef:
         return pipeline_pb2.OutputRef(op=self.op, output=self.output)
+
+    @property
+    def device(self) -> str:
+        """Where the data is, as DALI's ``DataNode.device``: "gpu" (the output of a GPU
+        operator or of a "mixed" decoder) or "cpu"."""
+        return "gpu" if self.builder.ops[self.op].device in ON_GPU else "cpu"
+
+    def gpu(self) -> DataNode:
+        """DALI's transfer to the GPU: this data as the input of GPU operators (an operator
+        it feeds runs on ``device="gpu"`` unless told otherwise); the data itself where it
+        is already there."""
+        if self.device == "gpu":
+            return self
+        if self.builder.device_id is None:
+            raise InvalidArgument("copy: data.gpu() moves data to the pipeline's GPU, and "
+                                  "this pipeline has none (device_id=None): give the pipeline "
+                                  "a device_id, or leave out .gpu() to keep it on the CPU")
+        node: DataNode = _maker("copy")(self, device="gpu")
+        return node
 
     # -- DALI's arithmetic operators: each records one operator (see the module's text) --
     def __add__(self, other: Any) -> Any: return binary("add", self, other)
@@ -79,8 +106,10 @@ class DataNode:
 
 
 class GraphBuilder:
-    def __init__(self) -> None:
+    def __init__(self, device_id: int | None = None) -> None:
         self.ops: list[pipeline_pb2.OpSpec] = []
+        #: The pipeline's GPU (None: a CPU-only pipeline, as DALI's ``device_id=None``).
+        self.device_id = device_id
 
     def add(self, op: pipeline_pb2.OpSpec) -> int:
         self.ops.append(op)
@@ -98,8 +127,8 @@ def current_builder(op_type: str) -> GraphBuilder:
 
 
 @contextmanager
-def building() -> Iterator[GraphBuilder]:
-    builder = GraphBuilder()
+def building(device_id: int | None = None) -> Iterator[GraphBuilder]:
+    builder = GraphBuilder(device_id)
     token = _current.set(builder)
     try:
         yield builder
@@ -110,7 +139,7 @@ def building() -> Iterator[GraphBuilder]:
 def make_op(op_type: str) -> Callable[..., Any]:
     schema = schema_of(op_type)
 
-    def op(*inputs: Any, device: str = "cpu", name: str = "", **kwargs: Any) -> Any:
+    def op(*inputs: Any, device: str | None = None, name: str = "", **kwargs: Any) -> Any:
         builder = current_builder(op_type)
         extra = len(schema.input_args)
         counts = range(schema.num_inputs, schema.input_counts[-1] + extra + 1)
@@ -126,6 +155,14 @@ def make_op(op_type: str) -> Callable[..., Any]:
                                     "by name")
                 kwargs[arg_name] = node
             inputs = inputs[:schema.num_inputs]
+        if device is None:  # DALI's rule: on the GPU where an input is
+            fed_gpu = any(isinstance(node, DataNode) and node.builder is builder
+                          and node.device == "gpu" for node in inputs)
+            device = "gpu" if fed_gpu else "cpu"
+            if device not in schema.devices:
+                raise SpecError(op_type, "device", "its input is on the GPU (after .gpu() or "
+                                "a 'mixed' decoder), and it runs on the CPU only: call it "
+                                "before the transfer to the GPU")
         if device not in schema.devices:
             raise SpecError(op_type, "device", f"got {device!r}, expected one of "
                             + ", ".join(repr(d) for d in schema.devices))

@@ -1,15 +1,22 @@
 """The layout operators' schemas (part of ``schema.SCHEMAS``): ``transpose``, ``reshape``,
-``cat`` and ``stack``, with DALI's argument names and defaults. They move values, never
-change them: any input type, any number of dimensions."""
+``cat``, ``stack`` and ``copy``, with DALI's argument names and defaults. They move values,
+never change them: any input type, any number of dimensions."""
 
 from __future__ import annotations
 
-from conveyor.schema_args import SEED_ARGS, Arg, OpSchema
+from conveyor.schema_args import CPU_GPU, SEED_ARGS, Arg, OpSchema
 
 #: The most inputs ``cat`` and ``stack`` join.
 MAX_JOINED = 64
 
 LAYOUT_SCHEMAS = {
+    "copy": OpSchema(
+        1, ("output",), {**SEED_ARGS}, devices=CPU_GPU,
+        doc="The input, copied. On `device=\"gpu\"` it is the transfer to the pipeline's "
+            "GPU that DALI's `DataNode.gpu()` records (`images.gpu()` is "
+            "`fn.copy(images, device=\"gpu\")`): the operators it feeds run on the GPU. It "
+            "needs a CUDA device where the pipeline runs.",
+    ),
     "transpose": OpSchema(
         1, ("output",),
         {"perm": Arg("ints", minimum=0),

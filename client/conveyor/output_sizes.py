@@ -64,7 +64,7 @@ def resize(args: Mapping[str, Any], fed: Collection[str]) -> FixedOutput | None:
     if args["mode"] not in ("default", "stretch"):
         return None
     if args["size"] is not None:
-        arg, (h, w) = "size", args["size"]
+        arg, h, w = "size", args["size"][0], args["size"][-1]  # one number: both
     elif "resize_x" not in fed and "resize_y" not in fed:
         arg, h, w = "resize_x", args["resize_y"], args["resize_x"]
     else:

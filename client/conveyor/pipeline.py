@@ -40,9 +40,9 @@ Batch = tuple[TensorList, ...]
 class RunOptions:
     """DALI's pipeline arguments that are not part of the spec, and what each does here.
 
-    ``exec_async``, ``exec_pipelined``: accepted, no effect. The engine always computes
-    ``prefetch_queue_depth`` batches ahead on its worker threads; the batches are the same
-    either way. (``py_num_workers`` and ``py_start_method`` are part of the spec: the
+    ``exec_async``, ``exec_pipelined``, ``exec_dynamic``: accepted, no effect. The engine
+    always computes ``prefetch_queue_depth`` batches ahead on its worker threads; the
+    batches are the same either way. (``py_num_workers`` and ``py_start_method`` are part of the spec: the
     worker processes of parallel external sources.) ``set_affinity``:
     accepted, no effect (worker threads are not pinned to cores). ``output_dtype``,
     ``output_ndim``: checked, as DALI's: one value for every output or one per output
@@ -53,6 +53,7 @@ class RunOptions:
     exec_async: bool = True
     exec_pipelined: bool = True
     set_affinity: bool = False
+    exec_dynamic: bool = False
     output_dtype: Any = None
     output_ndim: Any = None
 

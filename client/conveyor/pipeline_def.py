@@ -41,6 +41,7 @@ RUN_ARGS: dict[str, Any] = {
     "exec_async": True,
     "exec_pipelined": True,
     "set_affinity": False,
+    "exec_dynamic": False,
     "output_dtype": None,
     "output_ndim": None,
 }
@@ -49,7 +50,7 @@ PIPELINE_ARGS: dict[str, Any] = {**SPEC_ARGS, **RUN_ARGS}
 #: DALI's pipeline arguments that Conveyor does not take: given to a pipeline function that
 #: has no parameter of that name, each is ``NotSupported`` (not passed on to the function).
 DALI_ONLY_ARGS = ("bytes_per_sample", "default_cuda_stream_priority", "enable_memory_stats",
-                  "enable_sanity_checks", "exec_dynamic", "experimental_exec_dynamic",
+                  "enable_sanity_checks", "experimental_exec_dynamic",
                   "max_streams", "py_callback_pickler", "stream")
 
 
@@ -100,7 +101,7 @@ def build_spec(
                               f"{merged['py_start_method']!r}, expected one of "
                               f"{', '.join(repr(m) for m in START_METHODS)}")
     device_id = merged["device_id"]
-    with building() as builder:
+    with building(None if device_id is None else int(device_id)) as builder:
         result = graph_fn(*args, **kwargs)
     outputs = result if isinstance(result, tuple | list) else (result,)
     spec = pipeline_pb2.PipelineSpec(

@@ -122,6 +122,10 @@ class RemotePipeline:
             self._responses.cancel()
         self._acks = self._responses = None
 
+    def build(self) -> None:
+        """DALI's ``Pipeline.build()``: nothing to do, the server built the pipeline when it
+        was opened (a DALI script's ``pipe.build()`` runs unchanged)."""
+
     def run(self) -> Batch:
         with self._lock:
             if self._fan_in is not None:

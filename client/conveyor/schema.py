@@ -52,8 +52,12 @@ _WINDOW = {
     "random_aspect_ratio": Arg("floats", default=(3 / 4, 4 / 3), lengths=(1, 2), minimum=0),
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
-#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's; CPU: ignored).
-_HW_LOAD = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1)}
+#: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's; CPU: ignored), and
+#: DALI's hints of the largest image for its hardware decoder's buffers: checked (an int
+#: >= 0, as DALI's) and otherwise ignored, the decoders allocating per batch.
+_DECODER_HINTS = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1),
+            "preallocate_width_hint": Arg("int", default=0, minimum=0),
+            "preallocate_height_hint": Arg("int", default=0, minimum=0)}
 SCHEMAS: dict[str, OpSchema] = {
     "readers.file": OpSchema(
         0,
@@ -74,21 +78,21 @@ SCHEMAS: dict[str, OpSchema] = {
     "decoders.image": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_HW_LOAD, **_ON_ERROR,
-         **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_DECODER_HINTS,
+         **_ON_ERROR, **_SEED},
         devices=DEVICES,
     ),
     "decoders.image_random_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW, **_HW_LOAD,
-         **_ON_ERROR, **_SEED},
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_WINDOW,
+         **_DECODER_HINTS, **_ON_ERROR, **_SEED},
         devices=DECODER_DEVICES,
     ),
     "decoders.image_crop": OpSchema(
         1,
         ("images",),
-        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_HW_LOAD,
+        {"output_type": Arg("enum", default="RGB", choices=IMAGE_TYPES), **_CROP, **_DECODER_HINTS,
          **_ON_ERROR, **_SEED},
         devices=DECODER_DEVICES,
         fixed_output=output_sizes.crop_window,
@@ -150,7 +154,7 @@ SCHEMAS: dict[str, OpSchema] = {
             "resize_y": Arg("float", default=0.0, tensor=True, minimum=0, extent=True),
             "resize_shorter": Arg("float", default=0.0, minimum=0, extent=True),
             "resize_longer": Arg("float", default=0.0, minimum=0, extent=True),
-            "size": Arg("floats", lengths=(2,), minimum=0, extent=True),
+            "size": Arg("floats", lengths=(1, 2), minimum=0, extent=True),
             "mode": Arg(
                 "enum",
                 default="default",
@@ -287,8 +291,9 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
     out = pipeline_pb2.Argument()
     kind = arg.kind
     if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not isinstance(value, int):
             raise bad
+        value = int(value)  # a bool is 0 or 1, as DALI takes it (mirror=False)
         _check_range(arg, [value], bad)
         out.i = value
     elif kind == "float":
@@ -319,8 +324,9 @@ def encode_arg(op: str, name: str, value: Any) -> pipeline_pb2.Argument:
         if arg.lengths and len(items) not in arg.lengths:
             raise bad
         if kind == "ints":
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            if not all(isinstance(v, int) for v in items):
                 raise bad
+            items = [int(v) for v in items]  # bools as 0 and 1
             _check_range(arg, items, bad)
             out.ints.values.extend(items)
         elif kind == "floats":

@@ -35,6 +35,10 @@ class DALIInterpType(StrEnum):
     INTERP_LINEAR = "linear"
     INTERP_CUBIC = "cubic"
     INTERP_LANCZOS3 = "lanczos3"
+    #: DALI's triangular filter, which DALI itself resamples as linear: the triangular
+    #: filter when shrinking with ``antialias`` (its default), linear interpolation when
+    #: enlarging or without ``antialias``; so it is ``INTERP_LINEAR`` (an alias) here.
+    INTERP_TRIANGULAR = "linear"
 
 
 RGB = DALIImageType.RGB
@@ -58,6 +62,7 @@ INTERP_NN = DALIInterpType.INTERP_NN
 INTERP_LINEAR = DALIInterpType.INTERP_LINEAR
 INTERP_CUBIC = DALIInterpType.INTERP_CUBIC
 INTERP_LANCZOS3 = DALIInterpType.INTERP_LANCZOS3
+INTERP_TRIANGULAR = DALIInterpType.INTERP_TRIANGULAR
 
 #: DALI's ``types.SampleInfo`` and ``types.BatchInfo``: what an external source is given.
 INFO_TYPES = (SampleInfo, BatchInfo)
@@ -66,7 +71,7 @@ _NOT_CONSTANTS = {"annotations", "StrEnum", "Any", "PORTING_PAGE", "not_supporte
 
 
 def __getattr__(name: str) -> Any:
-    """A name DALI's ``types`` has and this module not (``types.INTERP_TRIANGULAR``):
+    """A name DALI's ``types`` has and this module not (``types.INTERP_GAUSSIAN``):
     ``NotSupported`` (an ``AttributeError``), naming the close constants."""
     if name.startswith("_"):
         raise AttributeError(f"module 'conveyor.types' has no attribute {name!r}")

@@ -47,7 +47,7 @@ def test_an_unknown_operator_names_what_is_close_and_the_reference(probe: Any,
 def test_hasattr_and_feature_probing_see_absent_names() -> None:
     assert hasattr(fn, "rotate") and hasattr(fn.readers, "file") and hasattr(fn.math, "sqrt")
     assert not hasattr(fn, "jitter") and not hasattr(fn.readers, "video")
-    assert not hasattr(types, "INTERP_TRIANGULAR") and hasattr(types, "INTERP_LINEAR")
+    assert not hasattr(types, "INTERP_GAUSSIAN") and hasattr(types, "INTERP_TRIANGULAR")
     assert getattr(fn.readers, "video", None) is None
     assert getattr(types, "YCbCr", "absent") == "absent"
     # Private and dunder probes (copy, pickle, inspect) stay plain AttributeErrors.
@@ -73,9 +73,9 @@ def test_an_unknown_argument_names_the_close_arguments() -> None:
     @pipeline_def(batch_size=2, seed=1)
     def dali_hint(root: str) -> Any:
         jpegs, _ = fn.readers.file(file_root=root)
-        return fn.decoders.image_random_crop(jpegs, preallocate_width_hint=5980)
+        return fn.decoders.image_random_crop(jpegs, device_memory_padding=211025920)
 
-    with pytest.raises(NotSupported, match=r"'preallocate_width_hint' is not supported by "
+    with pytest.raises(NotSupported, match=r"'device_memory_padding' is not supported by "
                        r"Conveyor \(supported: 'hw_decoder_load', 'num_attempts', "):
         dali_hint("/data")
 
@@ -94,9 +94,9 @@ def test_a_spec_with_an_unknown_argument_is_refused_as_not_supported() -> None:
 
 def test_dali_pipeline_arguments_conveyor_lacks_are_refused_at_definition() -> None:
     with pytest.raises(NotSupported, match=r"pipeline_def: DALI's pipeline argument "
-                       r"'exec_dynamic' is not supported by Conveyor \(supported: "
+                       r"'max_streams' is not supported by Conveyor \(supported: "
                        r"'batch_size', ") as caught:
-        pipeline_def(batch_size=2, exec_dynamic=True)
+        pipeline_def(batch_size=2, max_streams=4)
     assert caught.value.message.endswith(PORTING)
     with pytest.raises(NotSupported, match=r"unknown pipeline argument 'num_thread' .*did "
                        r"you mean 'num_threads'"):
@@ -119,9 +119,9 @@ def test_dali_pipeline_arguments_conveyor_lacks_are_refused_at_definition() -> N
 
 
 def test_unknown_types_name_the_close_constants() -> None:
-    with pytest.raises(NotSupported, match=r"types: the constant types\.INTERP_TRIANGULAR is "
-                       r"not supported by Conveyor \(did you mean types\.INTERP_LINEAR") as c:
-        _ = types.INTERP_TRIANGULAR
+    with pytest.raises(NotSupported, match=r"types: the constant types\.INTERP_GAUSSIAN is "
+                       r"not supported by Conveyor \(did you mean types\.INTERP_") as c:
+        _ = types.INTERP_GAUSSIAN
     assert c.value.message.endswith(PORTING)
     with pytest.raises(NotSupported, match=r"types\.FLOAT32 .*did you mean types\.FLOAT"):
         _ = conveyor.types.FLOAT32

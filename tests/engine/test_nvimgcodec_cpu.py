@@ -288,7 +288,7 @@ def test_a_cpu_operator_fed_by_a_gpu_one_is_refused_naming_both(tmp_path: Path) 
     def back_to_cpu() -> Any:
         jpegs, _ = fn.readers.file(file_root=root)
         images = fn.decoders.image(jpegs, device="mixed")
-        return fn.rotate(images, angle=10.0)
+        return fn.rotate(images, angle=10.0, device="cpu")  # no device: the GPU's, as DALI
 
     with pytest.raises(SpecError, match=r"rotate: argument 'device': its input 0 comes from "
                                         r"decoders.image \(op 1\) on device='mixed': a CPU "

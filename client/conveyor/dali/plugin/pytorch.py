@@ -1,14 +1,16 @@
 """DALI's ``nvidia.dali.plugin.pytorch``: ``DALIGenericIterator``,
-``DALIClassificationIterator``, ``LastBatchPolicy`` and ``feed_ndarray``, over Conveyor
-pipelines in this process or on a server.
+``DALIClassificationIterator``, ``DALIRaggedIterator``, ``LastBatchPolicy`` and
+``feed_ndarray``, over Conveyor pipelines in this process or on a server.
 
 Each step yields a list with one dict per wrapped pipeline, output name -> torch tensor
 (the batch stacked: its samples need one shape, as DALI's iterator requires). A batch is
 the received buffer itself where it can be (no copy); an output made by an operator on the
 GPU (``device="gpu"`` or ``"mixed"``) is put on ``cuda:<device_id>`` where torch has CUDA,
-as DALI gives it. Epochs, resets, ``len()``, ``size`` and ``checkpoints()`` are
-``base_iterator``'s. Labels keep their shape (``(batch, 1)`` from a file reader), as
-DALI's: ``data[0]["label"].squeeze(-1).long()`` gives class indices.
+as DALI gives it. ``DALIRaggedIterator`` gives outputs whose samples differ in shape too:
+as a list of tensors, one per sample, or as a sparse COO tensor. Epochs, resets, ``len()``,
+``size`` and ``checkpoints()`` are ``base_iterator``'s. Labels keep their shape
+(``(batch, 1)`` from a file reader), as DALI's: ``data[0]["label"].squeeze(-1).long()``
+gives class indices.
 
 torch is imported when an iterator is made: this module imports without it.
 """
@@ -26,8 +28,8 @@ from conveyor.dali.plugin.pipelines import Batch
 from conveyor.errors import InvalidArgument
 from conveyor.tensor_list import TensorList
 
-__all__ = ["DALIClassificationIterator", "DALIGenericIterator", "LastBatchPolicy",
-           "feed_ndarray"]
+__all__ = ["DALIClassificationIterator", "DALIGenericIterator", "DALIRaggedIterator",
+           "LastBatchPolicy", "feed_ndarray"]
 
 
 def _torch() -> Any:
@@ -141,3 +143,78 @@ class DALIClassificationIterator(DALIGenericIterator):
                          dynamic_shape=dynamic_shape, last_batch_padded=last_batch_padded,
                          last_batch_policy=last_batch_policy,
                          prepare_first_batch=prepare_first_batch)
+
+
+class DALIRaggedIterator(DALIGenericIterator):
+    """DALI's ``DALIRaggedIterator``: ``DALIGenericIterator`` where ``output_types`` (one
+    tag per output; None: all ``DENSE_TAG``) says how each output comes:
+
+    - ``DENSE_TAG`` ("dense"): one tensor, the batch stacked (its samples of one shape);
+    - ``SPARSE_LIST_TAG`` ("sparse_list"): a list of tensors, one per sample, each its own
+      shape;
+    - ``SPARSE_COO_TAG`` ("sparse_coo"): a ``torch.sparse_coo_tensor`` whose row ``i`` holds
+      sample ``i``'s values at columns ``0 .. len - 1``: shape ``(batch, the longest
+      sample)``, as DALI builds it for samples of one dimension (samples of more keep their
+      other dimensions as dense ones).
+
+    A partial last batch keeps its first samples, as a list's or a dense tensor's first
+    entries, and a COO tensor of those samples alone."""
+
+    DENSE_TAG = "dense"
+    SPARSE_LIST_TAG = "sparse_list"
+    SPARSE_COO_TAG = "sparse_coo"
+
+    def __init__(self, pipelines: Any, output_map: list[str], size: int = -1,
+                 reader_name: str | None = None, output_types: list[str] | None = None,
+                 auto_reset: bool | str | None = False, fill_last_batch: bool | None = None,
+                 dynamic_shape: bool | None = False, last_batch_padded: bool = False,
+                 last_batch_policy: LastBatchPolicy = LastBatchPolicy.FILL,
+                 prepare_first_batch: bool = True) -> None:
+        tags = (self.DENSE_TAG, self.SPARSE_LIST_TAG, self.SPARSE_COO_TAG)
+        types = [self.DENSE_TAG] * len(output_map) if output_types is None \
+            else list(output_types)
+        wrong = sorted(set(types) - set(tags))
+        if wrong:
+            raise IteratorArgumentError(f"output_types {types}: {wrong} are no tags; use "
+                                        "DENSE_TAG, SPARSE_LIST_TAG or SPARSE_COO_TAG")
+        if len(types) != len(output_map):
+            raise IteratorArgumentError(f"output_types {types} has {len(types)} tags for the "
+                                        f"{len(output_map)} outputs of output_map")
+        self._output_types = types
+        super().__init__(pipelines, output_map, size, reader_name=reader_name,
+                         auto_reset=auto_reset, fill_last_batch=fill_last_batch,
+                         dynamic_shape=dynamic_shape, last_batch_padded=last_batch_padded,
+                         last_batch_policy=last_batch_policy,
+                         prepare_first_batch=prepare_first_batch)
+
+    def __next__(self) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = super().__next__()
+        return batch
+
+    def _convert(self, index: int, batch: Batch, kept: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, data, tag, device in zip(self.output_map, batch, self._output_types,
+                                           self._devices[index], strict=True):
+            if tag == self.DENSE_TAG:
+                tensor = self._tensor(_array(data, f"output {name!r}"), device)
+                out[name] = tensor if kept is None else tensor[:kept]
+                continue
+            samples = [self._tensor(sample, device) for sample in data]
+            samples = samples if kept is None else samples[:kept]
+            out[name] = samples if tag == self.SPARSE_LIST_TAG else self._coo(samples)
+        return out
+
+    def _tensor(self, array: np.ndarray, device: Any) -> Any:
+        tensor = self._torch.from_numpy(_writable(np.ascontiguousarray(array)))
+        return tensor if device is None else tensor.to(device)
+
+    def _coo(self, samples: list[Any]) -> Any:
+        """DALI's COO form: sample ``i``'s ``j``-th value at ``(i, j)``."""
+        torch = self._torch
+        rows = [torch.full((len(s),), i, dtype=torch.int64) for i, s in enumerate(samples)]
+        cols = [torch.arange(len(s), dtype=torch.int64) for s in samples]
+        if not samples:
+            return torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64),
+                                           torch.zeros(0), check_invariants=True)
+        indices = torch.stack([torch.cat(rows), torch.cat(cols)]).to(samples[0].device)
+        return torch.sparse_coo_tensor(indices, torch.cat(samples), check_invariants=True)

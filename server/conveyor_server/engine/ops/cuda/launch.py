@@ -95,6 +95,8 @@ def run(plan: plans.Plan, images: Sequence[Any], device_id: int) -> list[Any]:
     cp = _cupy()
     if not images:
         return []
+    if isinstance(plan, plans.TransferPlan):
+        return list(images)  # on the device already (``to_device``)
     with streams.computing(device_id):
         ins = _pointers(images)
         n = len(images)

@@ -68,8 +68,9 @@ def require_device(ctx: OpContext) -> None:
     count = cuda_device_count()
     if count == 0:
         raise DeviceUnavailable(f"{ctx.op_type}: device='gpu' needs a CUDA device and CuPy, and "
-                                "this server has neither a device nor CuPy with a driver "
-                                "(use device='cpu')")
+                                "this machine has neither a device nor CuPy with a driver: "
+                                "run the pipeline where a GPU is, or on the CPU "
+                                "(device='cpu', and no .gpu() transfers)")
     if ctx.device_id >= count:  # -1: the current device
         raise DeviceUnavailable(f"{ctx.op_type}: device_id {ctx.device_id} is not among this "
                                 f"server's {count} CUDA devices")

@@ -393,4 +393,3 @@ def color_planner(ctx: OpContext) -> Planner:
                                [tuple(v.shape) for v in images], in_dtype, out)
 
     return plan
-

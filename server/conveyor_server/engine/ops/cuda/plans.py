@@ -103,7 +103,17 @@ class ColorPlan:
     dtype: np.dtype
 
 
-Plan = SlicePlan | WarpPlan | ResizeBatchPlan | NormalizePlan | CastPlan | ColorPlan
+@dataclass(frozen=True)
+class TransferPlan:
+    """copy (``DataNode.gpu()``): no kernel, the samples as the transfer to the device left
+    them (any shape)."""
+
+    out_shapes: list[Shape]
+    dtype: np.dtype
+
+
+Plan = SlicePlan | WarpPlan | ResizeBatchPlan | NormalizePlan | CastPlan | ColorPlan | \
+    TransferPlan
 
 
 def rows(values: list[list[int]], width: int) -> np.ndarray:

@@ -104,8 +104,9 @@ def _requested_size(ctx: OpContext) -> Callable[[Targs], tuple[float, float]]:
     """The (height, width) asked for, per sample; 0 leaves an extent unspecified."""
     args = ctx.args
     if args["size"] is not None:
-        # DALI's `size` has one entry per spatial dimension in layout order: (H, W) for HWC.
-        size = (float(args["size"][0]), float(args["size"][1]))
+        # DALI's `size` has one entry per spatial dimension in layout order: (H, W) for HWC;
+        # one number is both extents, as DALI broadcasts it (size=256: (256, 256)).
+        size = (float(args["size"][0]), float(args["size"][-1]))
         return lambda targs: size
     for name in ("resize_shorter", "resize_longer"):
         if args[name] > 0:

@@ -1,2 +1,3 @@
 """DALI's layout operators: ``transpose``, ``reshape``, ``cat`` and ``stack`` (``layout.py``
-registers them and their probes). They move values and never change them."""
+registers them and their probes), and ``copy`` (``copy.py``: on the GPU, the transfer
+``DataNode.gpu()`` records). They move values and never change them."""

@@ -17,6 +17,8 @@ from conveyor_server.engine.ops.cuda.reference import geometry, values
 
 def run(plan: plans.Plan, images: Sequence[np.ndarray]) -> list[np.ndarray]:
     """What the plan's kernels compute for ``images`` (HWC numpy arrays)."""
+    if isinstance(plan, plans.TransferPlan):
+        return [np.array(image, copy=True) for image in images]
     if isinstance(plan, plans.SlicePlan):
         return geometry.slice_flip(plan, images)
     if isinstance(plan, plans.WarpPlan):
