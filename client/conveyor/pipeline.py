@@ -42,8 +42,8 @@ class RunOptions:
 
     ``exec_async``, ``exec_pipelined``, ``exec_dynamic``: accepted, no effect. The engine
     always computes ``prefetch_queue_depth`` batches ahead on its worker threads; the
-    batches are the same either way. (``py_num_workers`` and ``py_start_method`` are part of the spec: the
-    worker processes of parallel external sources.) ``set_affinity``:
+    batches are the same either way. (``py_num_workers`` and ``py_start_method`` are part
+    of the spec: the worker processes of parallel external sources.) ``set_affinity``:
     accepted, no effect (worker threads are not pinned to cores). ``output_dtype``,
     ``output_ndim``: checked, as DALI's: one value for every output or one per output
     (``None`` skips an output); a batch whose output has another dtype or number of
