@@ -7,10 +7,21 @@ other call goes to the first that answers; a pipeline's stream
 and checkpoints go to the server that holds it (``remote.py``), and follow it when it
 moves. Server errors surface as the classes of ``conveyor.errors``, with the server's
 reason and metadata.
+
+**At exit.** The clients still open when the interpreter exits are closed by an ``atexit``
+hook (``close_at_exit``), while gRPC's threads still run. After the hooks Python stops
+every daemon thread where it stands, gRPC's too; one stopped while it held its call's
+lock (sending an acknowledgement, handling its event) holds it forever, and a close later
+in the exit (a data loader's generator finalised in the interpreter's teardown, gRPC's
+own finaliser of a call) waited forever for that lock. Closed by the hook, a client has
+nothing left for those finalisers to close.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import random
 import threading
 import weakref
@@ -28,6 +39,8 @@ from conveyor.placement import Placement, call_placed, fleet
 from conveyor.remote import RemotePipeline, say_where_it_failed
 from conveyor.spec import Definition, as_spec
 from conveyor.v1 import service_pb2
+
+log = logging.getLogger("conveyor.client")
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,7 @@ class Client:
         self._placement = None if not place else Placement(
             placement_seed if isinstance(placement_seed, random.Random)
             else random.Random(placement_seed))
+        _OPEN_AT_EXIT.add(self)
 
     # -- servers ---------------------------------------------------------------------
 
@@ -295,7 +309,8 @@ class Client:
         or finaliser (see ``connection.py``). The pipelines it handed out are closed first
         (``RemotePipeline.close``: their streams' request threads end, their calls are
         cancelled and let go of), so no call is left for gRPC's threads to finish. The
-        client may be used again afterwards: it connects anew."""
+        client may be used again afterwards: it connects anew. A client not closed is
+        closed as the interpreter exits (``close_at_exit``)."""
         with self._lock:
             pipelines = list(self._pipelines)
         for pipeline in pipelines:
@@ -310,6 +325,27 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: This process's clients (weakly: a client dropped leaves), closed by ``close_at_exit``.
+_OPEN_AT_EXIT: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def close_at_exit() -> None:
+    """Close every client of this process (an ``atexit`` hook; see the module's doc): their
+    pipelines' streams end, their last acknowledgements are sent, their channels close,
+    all while gRPC's threads can still finish what they hold."""
+    for client in list(_OPEN_AT_EXIT):
+        try:
+            client.close()
+        except Exception:  # (one client's failure leaves the others to close)
+            log.exception("conveyor: closing a client at exit failed")
+
+
+atexit.register(close_at_exit)
+# A forked child's copies of its parent's clients are not its own to close: the parent's
+# gRPC threads do not run there, and a lock one of them held stays held in the child.
+os.register_at_fork(after_in_child=_OPEN_AT_EXIT.clear)
 
 
 def checkpoint_of(info: service_pb2.CheckpointInfo, data: bytes) -> Checkpoint:

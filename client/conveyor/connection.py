@@ -17,7 +17,8 @@ runs on the spin thread itself (a finaliser the garbage collector happens to run
 done-callback). So ``close_connections`` closes channels on a thread of its own and waits
 for them at most ``CLOSE_WAIT_S`` (on one of gRPC's threads: not at all; the close ends
 once that thread is free again), and at interpreter exit does not close them at all: the
-process's end frees their sockets.
+process's end frees their sockets. (``Client`` closes its own from an ``atexit`` hook,
+before Python stops gRPC's threads: see ``client.py``.)
 """
 
 from __future__ import annotations
@@ -111,7 +112,10 @@ def close_connections(connections: Iterable[Connection],
     for conn in connections:
         thread = threading.Thread(target=conn._channel.close, daemon=True,
                                   name=f"conveyor-close {conn.address}")
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # (Python 3.12.1 starts no thread in an atexit hook)
+            continue  # the channel stays open, and the process's end frees its sockets
         closing.append((conn, thread))
     deadline = time.monotonic() + wait
     for conn, thread in closing:

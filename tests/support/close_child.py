@@ -12,6 +12,10 @@ WAY, how the client's use ends:
 - ``loader-exit``: a torchdata ``StatefulDataLoader`` over ``conveyor.torch.ConveyorDataset``
   whose iterator is still suspended when the script ends (the generator's finaliser runs
   at interpreter exit);
+- ``loader-exit-held``: the same, and from the last ``atexit`` hook on a thread holds the
+  lock of the stream's gRPC call and never lets go: as a gRPC thread does that the
+  interpreter's exit stopped while it held that lock (after the ``atexit`` hooks Python
+  stops every daemon thread where it stands). Nothing may take that lock after them;
 - ``loader-del``: the same, the loader's iterator dropped (``del``, then ``gc.collect``);
 - ``generator-exit``: the dataset's own generator (no loader) still suspended when the
   script ends;
@@ -26,8 +30,10 @@ WAY, how the client's use ends:
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import itertools
+import signal
 import sys
 import threading
 from typing import Any
@@ -35,6 +41,7 @@ from typing import Any
 import conveyor
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
+from tests.support.lock_held_at_exit import hold_after_the_exit_hooks
 
 BATCHES = 4
 OPTIONS: dict[str, Any] = {"timeout": 5, "failover": False}
@@ -63,6 +70,9 @@ def with_loader(servers: list[str], image_dir: str, way: str) -> Any:
     loader = StatefulDataLoader(dataset, batch_size=None)
     stream = iter(loader)
     took = len(list(itertools.islice(stream, BATCHES)))
+    if way == "loader-exit-held":
+        assert dataset._pipe is not None
+        HOLD_AT_EXIT.append(dataset._pipe._responses._state.condition)
     go_on_when_told(took)
     if way == "loader-del":
         del stream
@@ -102,10 +112,16 @@ def with_client(servers: list[str], image_dir: str, way: str) -> Any:
 
 
 KEPT: list[Any] = []
+#: The stream's gRPC call lock, held after the ``atexit`` hooks (``loader-exit-held``).
+HOLD_AT_EXIT: list[Any] = []
 
 
 def main(argv: list[str]) -> None:
+    # A trainer that does not exit is asked (SIGUSR1) where each of its threads stands.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     way, servers, image_dir = argv
+    if way == "loader-exit-held":
+        hold_after_the_exit_hooks(HOLD_AT_EXIT)
     addresses = servers.split(",")
     if way.startswith(("loader", "dataset", "generator")):
         KEPT.append(with_loader(addresses, image_dir, way))
