@@ -62,32 +62,40 @@ def test_no_address_at_all_is_an_invalid_argument(servers: Any) -> None:
         conveyor.Client(servers)
 
 
-def refused(caller: str, image_root: Path) -> dict[str, list[str]]:
-    """What ``caller`` (client, torch, tf) raised for each of ``tests.support.arguments_child``'s
-    servers, the in-process pipeline among them, in a process that must end at once."""
-    try:
-        done = subprocess.run([sys.executable, "-m", "tests.support.arguments_child", caller,
-                               str(image_root / "imgs")], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{caller}: giving it a pipeline object as the servers did not end")
-    assert done.returncode == 0, done.stderr[-3000:]
-    raised: dict[str, list[str]] = json.loads(done.stdout.splitlines()[-1])
-    return raised
-
-
 CALLERS = [("client", "conveyor.Client: target must be"),
            ("torch", "conveyor.torch.ConveyorDataset: servers must be"),
            # The tf adapter makes its Client first thing: the same check, at once.
            ("tf", "conveyor.Client: target must be")]
 
 
+def skips_tensorflow() -> bool:
+    return os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1"
+
+
+@pytest.fixture(scope="module")
+def refusals(image_root: Path) -> dict[str, dict[str, list[str]]]:
+    """What each caller (client, torch, tf) raised for each of
+    ``tests.support.arguments_child``'s servers, the in-process pipeline among them: one
+    process for every caller, which must end at once."""
+    callers = [c for c, _ in CALLERS if not (c == "tf" and skips_tensorflow())]
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.support.arguments_child",
+                               str(image_root / "imgs"), *callers], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{', '.join(callers)}: giving one a pipeline object as the servers did "
+                    "not end")
+    assert done.returncode == 0, done.stderr[-3000:]
+    raised: dict[str, dict[str, list[str]]] = json.loads(done.stdout.splitlines()[-1])
+    return raised
+
+
 @pytest.mark.parametrize(("caller", "who"), CALLERS)
 def test_a_pipeline_object_given_as_the_servers_is_refused_at_once(
-        image_root: Path, caller: str, who: str) -> None:
-    if caller == "tf" and os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1":
+        refusals: dict[str, dict[str, list[str]]], caller: str, who: str) -> None:
+    if caller == "tf" and skips_tensorflow():
         pytest.skip("CONVEYOR_SKIP_TENSORFLOW_TESTS=1: the TensorFlow adapter is NOT tested")
-    raised = refused(caller, image_root)
+    raised = dict(refusals[caller])
     kind, message = raised.pop("pipeline")
     assert kind == "TypeError", message
     assert message.startswith(who), message

@@ -6,6 +6,7 @@ older world fenced."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +24,43 @@ BATCH = 2
 EPOCH_BATCHES = 9
 
 
+#: Returns the client it is given, to be closed when the test ends (the ``closing`` fixture).
+Closing = Callable[[conveyor.Client], conveyor.Client]
+
+
+@pytest.fixture
+def closing(start_server: Start) -> Iterator[Closing]:
+    """Clients handed to it are closed when the test ends, before its servers stop (set up
+    after ``start_server``, it is torn down before it), as a trainer's are when it ends: a
+    stream left open and unread holds a server's SIGTERM drain for its whole grace."""
+    clients: list[conveyor.Client] = []
+
+    def keep(c: conveyor.Client) -> conveyor.Client:
+        clients.append(c)
+        return c
+
+    yield keep
+    for c in clients:
+        c.close()
+
+
 def spec_of(image_root: Path) -> Any:
     return rotate_pipeline(str(image_root / "imgs"), batch_size=BATCH)
 
 
-def open_rank(servers: list[ServerProcess], spec: Any, rank: int, world: int, *,
-              run_id: str | None = "run-1",
+def open_rank(closing: Closing, servers: list[ServerProcess], spec: Any, rank: int,
+              world: int, *, run_id: str | None = "run-1",
               consumed: int | None = None) -> conveyor.RemotePipeline:
     """Rank ``rank`` of a world, talking to server rank % len(servers)."""
-    return client(servers[rank % len(servers)]).open(
+    return closing(client(servers[rank % len(servers)])).open(
         "job", spec, run_id=run_id, rank=rank, world_size=world, consumed=consumed)
 
 
-def open_world(servers: list[ServerProcess], spec: Any, world: int, *,
+def open_world(closing: Closing, servers: list[ServerProcess], spec: Any, world: int, *,
                run_id: str | None = "run-1",
                consumed: int | None = None) -> list[conveyor.RemotePipeline]:
     """Every rank of a world, rank r talking to server r % len(servers)."""
-    return [open_rank(servers, spec, r, world, run_id=run_id, consumed=consumed)
+    return [open_rank(closing, servers, spec, r, world, run_id=run_id, consumed=consumed)
             for r in range(world)]
 
 
@@ -60,12 +81,12 @@ def assert_fenced(pipe: conveyor.RemotePipeline) -> None:
             pipe.run()
 
 
-def test_elastic_resume_four_to_three_ranks_on_two_servers(start_server: Start,
-                                                           image_root: Path) -> None:
+def test_elastic_resume_four_to_three_ranks_on_two_servers(
+        closing: Closing, start_server: Start, image_root: Path) -> None:
     servers = [start_server(), start_server()]
     spec = spec_of(image_root)
     expected = reference(spec, 4 * 3 + 3 * 6)
-    four = open_world(servers, spec, 4)
+    four = open_world(closing, servers, spec, 4)
     assert [p.via for p in four] == [servers[r % 2].address for r in range(4)]
     assert [p.name for p in four] == [f"job.rank-{r}" for r in range(4)]
     history = run_steps(four, 3)
@@ -75,10 +96,10 @@ def test_elastic_resume_four_to_three_ranks_on_two_servers(start_server: Start,
 
     # Resized: from the cut, step 3 = global batch 12. Once the first rank of the new
     # world joined, the older world's checkpoints no longer count.
-    three = [open_rank(servers, spec, 0, 3)]
+    three = [open_rank(closing, servers, spec, 0, 3)]
     with pytest.raises(errors.Fenced, match="went on without this rank"):
         four[2].checkpoint()
-    three += [open_rank(servers, spec, r, 3) for r in (1, 2)]
+    three += [open_rank(closing, servers, spec, r, 3) for r in (1, 2)]
     assert [p.consumed for p in three] == [3, 3, 3]
     assert [p.info.job.global_batches for p in three] == [12, 12, 12]
     history += run_steps(three, 6)
@@ -97,18 +118,18 @@ def test_elastic_resume_four_to_three_ranks_on_two_servers(start_server: Start,
         p.close()
 
 
-def test_elastic_resume_two_to_five_after_a_partial_checkpoint(start_server: Start,
-                                                               image_root: Path) -> None:
+def test_elastic_resume_two_to_five_after_a_partial_checkpoint(
+        closing: Closing, start_server: Start, image_root: Path) -> None:
     servers = [start_server(), start_server()]
     spec = spec_of(image_root)
     expected = reference(spec, 2 * 2 + 5 * 4)
-    two = open_world(servers, spec, 2)
+    two = open_world(closing, servers, spec, 2)
     history = run_steps(two, 2)
     for p in two:
         p.checkpoint()  # step 2 on both: the cut
     run_steps(two, 2)
     two[0].checkpoint()  # step 4 on rank 0 only: the job dies before rank 1's
-    five = open_world(servers, spec, 5)
+    five = open_world(closing, servers, spec, 5)
     assert [p.consumed for p in five] == [2] * 5  # the latest step both ranks checkpointed
     history += run_steps(five, 4)
     assert history == expected
@@ -116,26 +137,27 @@ def test_elastic_resume_two_to_five_after_a_partial_checkpoint(start_server: Sta
 
 
 def test_a_job_resumes_with_the_same_world_and_a_new_run_starts_afresh(
-        start_server: Start, image_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        closing: Closing, start_server: Start, image_root: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     servers = [start_server(), start_server()]
     spec = spec_of(image_root)
     expected = reference(spec, 12)
-    first = open_world(servers, spec, 2)
+    first = open_world(closing, servers, spec, 2)
     run_steps(first, 2)
     for p in first:
         p.checkpoint()
     run_steps(first, 1)
-    again = open_world(servers, spec, 2)  # a restart of the same run, same world
+    again = open_world(closing, servers, spec, 2)  # a restart of the same run, same world
     assert [p.consumed for p in again] == [2, 2]
     assert run_steps(again, 1) == expected[4:6]
     assert_fenced(first[0])
-    counted = open_world(servers, spec, 2, consumed=3)  # the trainer's own step
+    counted = open_world(closing, servers, spec, 2, consumed=3)  # the trainer's own step
     assert run_steps(counted, 1) == expected[6:8]
-    alone = client(servers[1]).open("job", spec, run_id="run-1")  # resized to one rank
+    alone = closing(client(servers[1])).open("job", spec, run_id="run-1")  # resized to one rank
     # Where the last world started (step 3) is a cut: every rank stood there.
     assert alone.name == "job.rank-0" and alone.consumed == 3
     assert [batch_bytes(alone.run()) for _ in range(2)] == expected[6:8]
-    trial = open_world(servers, spec, 2, run_id="run-2")  # continue-trial: step 0
+    trial = open_world(closing, servers, spec, 2, run_id="run-2")  # continue-trial: step 0
     assert [p.consumed for p in trial] == [0, 0]
     assert run_steps(trial, 2) == expected[:4]
     assert trial[0].describe().run_id == "run-2"
@@ -159,11 +181,11 @@ def test_ranks_and_specs_are_checked(start_server: Start, image_root: Path) -> N
 
 
 def test_a_rank_fails_over_within_its_world_and_not_into_a_newer_one(
-        start_server: Start, image_root: Path) -> None:
+        closing: Closing, start_server: Start, image_root: Path) -> None:
     a, b = start_server(), start_server()
     spec = spec_of(image_root)
     expected = reference(spec, 10)
-    ranks = [conveyor.Client([a.address, b.address], timeout=10, place=False).open(
+    ranks = [closing(conveyor.Client([a.address, b.address], timeout=10, place=False)).open(
         "job", spec, run_id="run-1", rank=r, world_size=2) for r in range(2)]
     assert {p.via for p in ranks} == {a.address}
     history = run_steps(ranks, 2)
@@ -173,15 +195,15 @@ def test_a_rank_fails_over_within_its_world_and_not_into_a_newer_one(
     assert [p.failovers for p in ranks] == [1, 1] and {p.via for p in ranks} == {b.address}
     for p in ranks:
         p.checkpoint()  # step 4: the cut, written on B
-    one = client(b).open("job", spec, run_id="run-1")  # the job goes on with one rank
+    one = closing(client(b)).open("job", spec, run_id="run-1")  # the job goes on with one rank
     assert one.consumed == 4 and batch_bytes(one.run()) == expected[8]
     # The older world's rank 1 cannot take its pipeline back by a failover restore.
     with pytest.raises(errors.Fenced, match="went on without this rank's world"):
-        client(b).resume("job.rank-1", 4)
+        closing(client(b)).resume("job.rank-1", 4)
 
 
 def test_a_resized_rank_fails_over_from_its_own_worlds_checkpoints(
-        start_server: Start, image_root: Path) -> None:
+        closing: Closing, start_server: Start, image_root: Path) -> None:
     """Rank 0's pipeline keeps the older world's checkpoints, one of them past the cut the
     new world started from: a failover of the new rank 0 resumes from the new world's."""
     a, b = start_server(), start_server()
@@ -189,7 +211,7 @@ def test_a_resized_rank_fails_over_from_its_own_worlds_checkpoints(
     expected = reference(spec, 2 * 3 + 3 * 5)
 
     def world(size: int) -> list[conveyor.RemotePipeline]:
-        return [conveyor.Client([a.address, b.address], timeout=10, place=False).open(
+        return [closing(conveyor.Client([a.address, b.address], timeout=10, place=False)).open(
             "job", spec, run_id="run-1", rank=r, world_size=size) for r in range(size)]
 
     two = world(2)

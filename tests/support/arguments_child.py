@@ -1,9 +1,10 @@
 """A process for ``tests/client/test_client_arguments.py``: gives ``Client`` or an adapter servers
 that are not server addresses, an in-process ``conveyor_server.Pipeline`` (an endless
-iterable) among them, and prints, as JSON, what each raised.
+iterable) among them, and prints, as JSON, what each raised, per caller.
 
-``python -m tests.support.arguments_child CALLER IMAGE_DIR``; CALLER is ``client``, ``torch`` or
-``tf``."""
+``python -m tests.support.arguments_child IMAGE_DIR CALLER...``; each CALLER is ``client``,
+``torch`` or ``tf`` (one process for all: each caller's own process cost an interpreter
+start more)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def caller(name: str, spec: Any) -> Callable[[Any], object]:
     return lambda servers: TfDataset(servers, "x", spec)
 
 
-def main(argv: list[str]) -> None:
-    name, image_dir = argv
+def refusals(name: str, image_dir: str) -> dict[str, list[str]]:
+    """What ``name``'s servers argument raised (or made) for each kind of servers given."""
     spec = rotate_pipeline(image_dir, batch_size=2)
     make = caller(name, spec)
     given = {"pipeline": Pipeline(spec, data_roots=[image_dir]), "int": 5, "none": None,
@@ -42,7 +43,12 @@ def main(argv: list[str]) -> None:
             raised[key] = [type(exc).__name__, str(exc)]
         else:
             raised[key] = ["nothing", repr(made)]
-    print(json.dumps(raised))
+    return raised
+
+
+def main(argv: list[str]) -> None:
+    image_dir, *names = argv
+    print(json.dumps({name: refusals(name, image_dir) for name in names}))
 
 
 if __name__ == "__main__":

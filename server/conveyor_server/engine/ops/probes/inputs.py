@@ -15,7 +15,14 @@ SHAPES = ((29, 37), (16, 21), (7, 5))
 
 
 def image(h: int, w: int, c: int = 3, dtype: str = "uint8", salt: int = 0) -> np.ndarray:
-    """An HWC image of smooth ramps plus noise, from keyed bits: identical everywhere."""
+    """An HWC image of smooth ramps plus noise, from keyed bits: identical everywhere.
+    A copy of the one computed per argument set (the behaviour probe asks for the same few
+    images some 1,600 times at every server start); the caller may write to it."""
+    return _image(h, w, c, dtype, salt).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _image(h: int, w: int, c: int, dtype: str, salt: int) -> np.ndarray:
     n = h * w * c
     raw = keyed_random.bits(0x9B0BE, salt, np.arange(n, dtype=np.uint64))
     noise = (raw >> np.uint64(58)).astype(np.int64).reshape(h, w, c)  # 0..63
@@ -24,10 +31,13 @@ def image(h: int, w: int, c: int = 3, dtype: str = "uint8", salt: int = 0) -> np
     values = ramp + noise  # 0..254
     if dtype == "float32":
         # Exact in float32: quarter steps, some negative and some above 255.
-        return ((values - 20) * 1.25 + 0.25).astype(np.float32)
-    if dtype == "uint16":
-        return (values * 257).astype(np.uint16)
-    return values.astype(np.dtype(dtype))
+        out = ((values - 20) * 1.25 + 0.25).astype(np.float32)
+    elif dtype == "uint16":
+        out = (values * 257).astype(np.uint16)
+    else:
+        out = values.astype(np.dtype(dtype))
+    out.setflags(write=False)  # the cached one is never handed out
+    return out
 
 
 def images(dtypes: tuple[str, ...] = ("uint8",), channels: tuple[int, ...] = (3, 1)
