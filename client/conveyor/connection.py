@@ -106,7 +106,7 @@ def close_connections(connections: Iterable[Connection],
     stopped, so a close would wait forever, and the exit frees the sockets."""
     if sys.is_finalizing():
         return
-    if _on_grpc_thread():
+    if on_grpc_thread():
         wait = 0.0  # the close needs this very thread: it completes once this returns
     closing = []
     for conn in connections:
@@ -156,7 +156,7 @@ def error_of(exc: grpc.RpcError) -> errors.ConveyorError:
     return err
 
 
-def _on_grpc_thread() -> bool:
+def on_grpc_thread() -> bool:
     """Whether this is one of gRPC's own threads (its channel spin thread runs the calls'
     done-callbacks, and any finaliser the garbage collector happens to run there). A thread
     gRPC started runs a function of its ``cygrpc`` module; should that change, a close
