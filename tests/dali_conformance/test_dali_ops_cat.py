@@ -19,6 +19,7 @@ ported: the ``"gpu"`` outputs (GPU only).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,14 @@ def test_cat(num_inputs: int, layout: str | None, ndim: int, axis: int,
         args = {"axis_name": axis_name} if axis_name else {"axis": axis_arg}
         return (fn.cat(*inputs, **args), *inputs)
 
+    check_joined(pipe, num_inputs, batch_size,
+                 lambda xs: np.concatenate(xs, axis=ref_axis), layout or "")
+
+
+def check_joined(pipe: Any, num_inputs: int, batch_size: int,
+                 join: Callable[[list[np.ndarray]], np.ndarray], layout: str) -> None:
+    """Past MAX_INPUTS inputs, our refusal; else three batches, each sample the ``join``
+    of the inputs' samples, with ``layout``."""
     if num_inputs > MAX_INPUTS:
         with pytest.raises(SpecError, match="64"):
             pipe()
@@ -125,9 +134,8 @@ def test_cat(num_inputs: int, layout: str | None, ndim: int, axis: int,
     p = pipe()
     for _ in range(3):
         out, *inputs = p.run()
-        ref = [np.concatenate([np.asarray(x.at(i)) for x in inputs], axis=ref_axis)
-               for i in range(batch_size)]
-        _check(out, ref, layout or "")
+        ref = [join([np.asarray(x.at(i)) for x in inputs]) for i in range(batch_size)]
+        _check(out, ref, layout)
 
 
 @pytest.mark.parametrize(("num_inputs", "layout", "ndim", "axis", "axis_name"), STACK_CASES)
@@ -148,13 +156,4 @@ def test_stack(num_inputs: int, layout: str | None, ndim: int, axis: int,
         args = {"axis_name": axis_name} if axis_name else {}
         return (fn.stack(*inputs, axis=axis, **args), *inputs)
 
-    if num_inputs > MAX_INPUTS:
-        with pytest.raises(SpecError, match="64"):
-            pipe()
-        return
-    p = pipe()
-    for _ in range(3):
-        out, *inputs = p.run()
-        ref = [np.stack([np.asarray(x.at(i)) for x in inputs], axis=axis)
-               for i in range(batch_size)]
-        _check(out, ref, ref_layout)
+    check_joined(pipe, num_inputs, batch_size, lambda xs: np.stack(xs, axis=axis), ref_layout)
