@@ -35,7 +35,7 @@ $(TEST_STAMP): $(STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Runs pytest over TESTS (default: the whole suite) RUNS times (default 10) in a row, each
 # run in a fresh process, and prints how many runs each test failed in; exits non-zero if any
