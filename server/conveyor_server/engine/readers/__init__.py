@@ -11,8 +11,9 @@ replay.
 ``build.py`` holds a reader's parts and the map of readers; each reader's module registers
 its builder there (``@register_reader``) and its behaviour probe: ``file.py``,
 ``numpy_reader.py`` (with ``npy_format.py``), ``webdataset.py`` (with ``tar_index.py``),
-``caffe.py`` (with ``lmdb_records.py``), ``tfrecord.py`` and ``coco.py``. ``formats/`` holds
-the record messages they parse, generated from ``proto/``.
+``caffe.py`` (with ``lmdb_records.py``), ``tfrecord.py`` and ``coco.py`` (with
+``coco_index.py``, its document, and ``coco_masks.py``). ``formats/`` holds the record
+messages they parse, generated from ``proto/``.
 
 Imports: ``admission``, ``data`` (roots, files, identity), ``stages`` (the file reader's
 order) and ``ops`` (the probe contract).
