@@ -4,12 +4,14 @@ the pipelines they read, and a trainer's client."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import conveyor
 from conveyor import fn, pipeline_def, types
 from conveyor_server.demo.run import rotate_pipeline
+from tests.support.resume import batch_bytes
 from tests.support.servers import DEADLINE, ServerProcess, Start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,3 +55,14 @@ def trainer(*servers: ServerProcess, **kw: Any) -> conveyor.Client:
     kw.setdefault("keepalive_timeout_s", 1)
     return conveyor.Client([s.address for s in servers], timeout=DEADLINE, place=False,
                            stream_timeout=120, **kw)
+
+
+def read_on(pipe: Any, got: list[Any], count: int) -> float:
+    """Append ``pipe``'s batches (``batch_bytes``) to ``got`` until it holds ``count``; the longest
+    the trainer waited for one."""
+    stall = 0.0
+    while len(got) < count:
+        started = time.monotonic()
+        got.append(batch_bytes(pipe.run()))
+        stall = max(stall, time.monotonic() - started)
+    return stall

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conveyor_server.store.redis_process import RedisProcess
-from tests.fleet.support import fleet, rotating, trainer
+from tests.fleet.support import fleet, read_on, rotating, trainer
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start
 
@@ -40,11 +40,7 @@ def test_a_worker_failing_mid_stream_loses_and_repeats_nothing(
         else:
             victim.proc.send_signal(signal.SIGTERM)
         try:
-            stall = 0.0
-            while len(got) < COUNT:
-                started = time.monotonic()
-                got.append(batch_bytes(pipe.run()))
-                stall = max(stall, time.monotonic() - started)
+            stall = read_on(pipe, got, COUNT)
             assert victim.address not in pipe.workers
         finally:
             if fault == "SIGSTOP":
