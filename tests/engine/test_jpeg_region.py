@@ -7,6 +7,7 @@ it cannot be imported).
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from PIL import Image
 
 from conveyor import fn, pipeline_def
 from conveyor_server.engine.identity import engine_id
-from conveyor_server.engine.ops.decode import jpeg_region
+from conveyor_server.engine.ops.decode import jpeg_fast, jpeg_region
 from conveyor_server.engine.ops.decode.decode import decode_image
 from conveyor_server.engine.ops.decode.nvimgcodec_batch import nvimgcodec_version
 from conveyor_server.engine.ops.geometry.random_window import Window
@@ -140,6 +141,56 @@ def test_the_jpegs_it_does_not_take_are_told_from_the_header() -> None:
         assert jpeg_region.frame_size(data) is None, kind
 
 
+def _with_app1(data: np.ndarray, *payloads: bytes) -> np.ndarray:
+    """The JPEG with APP1 segments holding ``payloads`` inserted after its SOI, in order."""
+    raw = data.tobytes()
+    segments = b"".join(b"\xff\xe1" + (len(p) + 2).to_bytes(2, "big") + p for p in payloads)
+    return np.frombuffer(raw[:2] + segments + raw[2:], dtype=np.uint8)
+
+
+def _exif(orientation: int) -> bytes:
+    """An APP1 segment's payload: the EXIF header and a TIFF block with the orientation."""
+    payload = _pil_exif(orientation).tobytes()
+    assert payload.startswith(b"Exif\0\0")
+    return payload
+
+
+def test_frame_size_reads_the_exif_orientation_in_its_own_walk() -> None:
+    """One walk over the segments gives what the frame header and ``exif_orientation``
+    give apart: the size of a JPEG whose first EXIF segment says 1 (or that has none)."""
+    baseline = encode(photo(40, 56, seed=5))
+    xmp = b"http://ns.adobe.com/xap/1.0/\0<x:xmpmeta/>"
+    files = {
+        "no EXIF": baseline,
+        "EXIF orientation 1": _with_app1(baseline, _exif(1)),
+        "EXIF orientation 6": _with_app1(baseline, _exif(6)),
+        "EXIF orientation 3": _with_app1(baseline, _exif(3)),
+        "EXIF 1, then another EXIF 6": _with_app1(baseline, _exif(1), _exif(6)),
+        "EXIF 8, then another EXIF 1": _with_app1(baseline, _exif(8), _exif(1)),
+        "XMP, then EXIF 6": _with_app1(baseline, xmp, _exif(6)),
+        "XMP, then EXIF 1": _with_app1(baseline, xmp, _exif(1)),
+        "EXIF cut short": _with_app1(baseline, b"Exif\0\0II*\0"),
+        "PIL, EXIF 1": pil_bytes(photo(40, 56, seed=5), "JPEG", exif=_pil_exif(1)),
+        "PIL, EXIF 5": pil_bytes(photo(40, 56, seed=5), "JPEG", exif=_pil_exif(5)),
+    }
+    taken = set()
+    for kind, data in files.items():
+        orientation = jpeg_fast.exif_orientation(data)
+        assert jpeg_region.frame_size(data) == ((40, 56) if orientation == 1 else None), kind
+        if orientation == 1:
+            taken.add(kind)
+            np.testing.assert_array_equal(jpeg_fast.decode(data, "RGB", upright=True),
+                                          decode_image(data, "RGB"), err_msg=kind)
+    assert taken == {"no EXIF", "EXIF orientation 1", "EXIF 1, then another EXIF 6",
+                     "XMP, then EXIF 1", "PIL, EXIF 1"}
+
+
+def _pil_exif(orientation: int) -> Image.Exif:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif
+
+
 def test_the_share_of_the_image_decoded_alone() -> None:
     assert jpeg_region.worth_it(Window(0, 0, 10, 10), (20, 20))  # a quarter
     assert not jpeg_region.worth_it(Window(0, 0, 10, 20), (20, 20))  # half
@@ -154,6 +205,29 @@ def test_threads_decoding_at_once_each_get_their_window() -> None:
     for win, out in zip(wins, got, strict=True):
         assert out is not None
         np.testing.assert_array_equal(out, whole[win.y:win.y + win.h, win.x:win.x + win.w])
+
+
+@pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY"])
+def test_a_window_keeps_its_pixels_while_later_windows_are_decoded(output_type: str) -> None:
+    """A window is the decoded image's own buffer (no copy): C-contiguous, writable, and
+    held by the array, so decoding more windows (and collecting garbage) leaves it as it
+    was."""
+    data = encode(photo(120, 160, seed=6), "4:4:4")
+    whole = decode_image(data, output_type)
+    wins = windows(120, 160, np.random.default_rng(8), 40)
+    kept = [jpeg_region.decode(data, output_type, v) for v in wins]
+    for v in wins[::-1]:  # the decoders' buffers go round again
+        assert jpeg_region.decode(data, output_type, v) is not None
+    gc.collect()
+    for win, out in zip(wins, kept, strict=True):
+        assert out is not None and out.flags.c_contiguous and out.flags.writeable
+        assert out.shape == (win.h, win.w, 1 if output_type == "GRAY" else 3)
+        np.testing.assert_array_equal(out, whole[win.y:win.y + win.h, win.x:win.x + win.w])
+    first = kept[0]
+    assert first is not None
+    first[...] = 0  # its own pixels: the others are untouched
+    np.testing.assert_array_equal(kept[1], whole[wins[1].y:wins[1].y + wins[1].h,
+                                                 wins[1].x:wins[1].x + wins[1].w])
 
 
 # Runs the three window decoders over the same files and windows and prints a SHA-256 of

@@ -116,6 +116,30 @@ def test_draws_of_one_index_in_one_pass_are_each_draw_s_uniform01() -> None:
     assert kr.uniform01_draws(1, 2, 3, 0).shape == (0,)
 
 
+def test_draws_of_a_batch_at_once_are_each_index_s_draws() -> None:
+    rng = np.random.default_rng(6)
+    cases = [(0, 0, np.arange(64, dtype=np.uint64), 22),
+             (12, 3, np.array([0, 1, 2**63 - 1, 2**63, 2**64 - 1], np.uint64), 22),
+             (2**64 - 1, 2**63 + 5, rng.integers(0, 2**63, 100, dtype=np.uint64), 1),
+             (7, 1, np.array([2**40 + 3], np.uint64), 5)]
+    cases += [(int(s), int(o), rng.integers(0, 2**63, int(n), dtype=np.uint64), int(c))
+              for s, o, n, c in zip(rng.integers(0, 2**63, 20), rng.integers(0, 2**63, 20),
+                                    rng.integers(1, 130, 20), rng.integers(1, 40, 20),
+                                    strict=True)]
+    for seed, stream, indices, count in cases:
+        got = kr.uniform01_draws_batch(seed, stream, indices, count)
+        assert got.dtype == np.float64 and got.shape == (len(indices), count)
+        for row, index in zip(got, indices, strict=True):
+            one = kr.uniform01_draws(seed, stream, int(index), count)
+            assert row.tobytes() == one.tobytes(), (seed, stream, int(index), count)
+    # Python ints as indices, and the empty edges.
+    assert (kr.uniform01_draws_batch(5, 6, [3, 2**64 - 1], 4).tobytes()
+            == np.stack([kr.uniform01_draws(5, 6, 3, 4),
+                         kr.uniform01_draws(5, 6, 2**64 - 1, 4)]).tobytes())
+    assert kr.uniform01_draws_batch(1, 2, np.array([], np.uint64), 22).shape == (0, 22)
+    assert kr.uniform01_draws_batch(1, 2, np.arange(3, dtype=np.uint64), 0).shape == (3, 0)
+
+
 def test_normal_draws_have_mean_zero_and_unit_variance() -> None:
     z = kr.normal(5, 9, np.arange(100_000, dtype=np.uint64), draw=1)
     assert np.all(np.isfinite(z))

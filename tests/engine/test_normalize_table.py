@@ -3,6 +3,7 @@ every output type, layout, channel count, padding, crop and mirror, every input 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,28 @@ def test_every_value_type_and_layout_gives_the_arithmetic_s_bytes(
                                                   channels_out=pad)
                     assert got.dtype == want.dtype and got.shape == want.shape
                     assert got.tobytes() == want.tobytes(), (c, chw, pad, name)
+
+
+def test_threads_at_once_each_get_their_own_planes() -> None:
+    """The lookup splits channels into scratch planes kept per thread: threads normalizing
+    images of many sizes at once (one above the size kept) each get their image's bytes."""
+    mul, add = folded_coefficients([120.5, 115.25, 100.0], [60.1, 58.7, 57.3], 1.0, 0.0)
+    sizes = [(224, 224), (17, 301), (224, 224), (16, 16), (96, 128)] * 6
+    sizes.append((1300, 1200))  # 4.7 MB of planes: above SCRATCH_BYTES, not kept
+    images = [_image(h, w, 3, salt=i) for i, (h, w) in enumerate(sizes)]
+
+    def normalized(i: int) -> bytes:
+        view = images[i][:, ::-1] if i % 2 else images[i]
+        return normalize.normalize(view, mul, add, np.dtype("float32"), chw=True,
+                                   channels_out=3).tobytes()
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(normalized, range(len(images))))
+    for i, image in enumerate(images):
+        view = image[:, ::-1] if i % 2 else image
+        assert got[i] == _arithmetic(view, mul, add, "float32", chw=True,
+                                     channels_out=3).tobytes(), sizes[i]
+    assert normalize_table.SCRATCH_BYTES < 3 * 1300 * 1200
 
 
 def test_the_table_path_is_the_one_taken_for_uint8_images() -> None:

@@ -5,6 +5,7 @@ equality with decoding whole and cropping, and argument errors naming the argume
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cv2
@@ -13,8 +14,14 @@ import pytest
 from PIL import Image
 
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor_server.engine import keyed_random
+from conveyor_server.engine import catalog, keyed_random
 from conveyor_server.engine.ops.decode.decode import decode_image
+from conveyor_server.engine.ops.geometry.random_window import (
+    WindowDraws,
+    window_draws,
+    window_draws_batch,
+    window_params,
+)
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX, OpContext, SampleOp, builder_for
 from tests.support.op_helpers import gradient, noise, op_context, pil_bytes
 
@@ -22,6 +29,7 @@ SEED = 77
 
 
 def _build(op_type: str, seed: int = SEED, **args: Any) -> SampleOp:
+    catalog.load()  # the operators register on import: this file runs alone too
     ctx = op_context(op_type, **args)
     ctx = OpContext(**{**ctx.__dict__, "seed": seed})
     op = builder_for(op_type)(ctx)
@@ -101,6 +109,27 @@ def test_window_is_keyed_by_seed_and_sample_index() -> None:
     assert not np.array_equal(first, _run(op, image, 10))
     other_seed = _build("random_resized_crop", seed=SEED + 1, size=[16.0, 16.0])
     assert not np.array_equal(first, _run(other_seed, image, 9))
+
+
+def test_window_draws_of_a_batch_and_per_block_are_each_sample_s_draws() -> None:
+    params = window_params("random_resized_crop", [0.08, 1.0], [3 / 4, 4 / 3], 10)
+    few = window_params("random_resized_crop", [0.5], [1.0, 2.0], 1)
+    indices = [0, 1, 63, 64, 65, 127, 128, 1000, 2**40 + 3, 2**63, 2**64 - 65, 2**64 - 1]
+    for p in (params, few):
+        batch = window_draws_batch(SEED, 4, np.array(indices, np.uint64), p)
+        assert batch.shape == (len(indices), p.num_draws)
+        by_block = WindowDraws(SEED, 4, p)
+        for row, index in zip(batch, indices, strict=True):
+            one = window_draws(SEED, 4, index, p)
+            assert row.tobytes() == one.tobytes(), index
+            assert by_block(index).tobytes() == one.tobytes(), index
+    # Samples asked for in any order, from several threads at once, past the blocks kept.
+    by_block = WindowDraws(SEED, 9, params)
+    order = np.random.default_rng(3).permutation(64 * (WindowDraws.KEEP + 3))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: by_block(int(i)).tobytes(), order))
+    assert got == [window_draws(SEED, 9, int(i), params).tobytes() for i in order]
+    assert not by_block(5).flags.writeable  # rows of a kept block: read only
 
 
 def test_fallback_is_the_centred_window_at_the_nearest_allowed_ratio() -> None:

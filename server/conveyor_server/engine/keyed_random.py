@@ -20,6 +20,7 @@ and ``+`` as separate ufunc calls, which numpy never fuses into an FMA.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from math import factorial
 
@@ -67,6 +68,20 @@ def uniform01_draws(seed: int, stream: int, index: int, count: int) -> np.ndarra
     h = _mix(_u64(seed) + _GOLDEN)
     h = _mix(h ^ _u64(stream))
     h = _mix(_u64(index) ^ h)
+    draws = np.arange(count, dtype=np.uint64) + _GOLDEN  # wraps modulo 2**64, as _u64(d) + _GOLDEN
+    return (_mix(h ^ draws) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def uniform01_draws_batch(seed: int, stream: int, indices: np.ndarray | Sequence[int],
+                          count: int) -> np.ndarray:
+    """Draws 0 .. ``count - 1`` of each of ``indices`` at once: row ``i`` is exactly
+    ``uniform01_draws(seed, stream, indices[i], count)``, as an array of shape
+    ``(len(indices), count)``. The same integer steps on every element, so a batch's
+    samples cost one numpy call per step rather than one each (a batch of 64 random
+    windows: ~0.3 µs per sample against ~30 µs)."""
+    h = _mix(_u64(seed) + _GOLDEN)
+    h = _mix(h ^ _u64(stream))
+    h = _mix(np.asarray(indices, dtype=np.uint64).reshape(-1, 1) ^ h)
     draws = np.arange(count, dtype=np.uint64) + _GOLDEN  # wraps modulo 2**64, as _u64(d) + _GOLDEN
     return (_mix(h ^ draws) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 

@@ -138,13 +138,15 @@ def check_file(data: np.ndarray, limits: EngineLimits, op: str = OP) -> str:
 
 
 def decode_image(data: np.ndarray, output_type: str,
-                 limits: EngineLimits = NO_LIMITS) -> np.ndarray:
+                 limits: EngineLimits = NO_LIMITS, *, upright_jpeg: bool = False) -> np.ndarray:
     """Decode one file's bytes (a 1-D uint8 array) to HWC uint8 with C = 3 (RGB, BGR) or 1.
     An image above ``limits.max_image_pixels`` is refused from its header, before decoding;
-    in a format the header parser does not read, by OpenCV's cap or after decoding."""
-    fmt = check_file(data, limits)
+    in a format the header parser does not read, by OpenCV's cap or after decoding.
+    ``upright_jpeg``: the caller has checked the file already (``check_file`` with these
+    ``limits``, a JPEG) and read its EXIF orientation as 1; neither is done again."""
+    fmt = "JPEG" if upright_jpeg else check_file(data, limits)
     if fmt == "JPEG":
-        fast = jpeg_fast.decode(data, output_type)
+        fast = jpeg_fast.decode(data, output_type, upright=upright_jpeg)
         if fast is not None:
             return fast
     flags = _FLAGS[output_type]

@@ -18,12 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from conveyor.errors import DeviceUnavailable
 from conveyor_server.engine.device.devices import cuda_device_count
 from conveyor_server.engine.ops.args import crop_window
 from conveyor_server.engine.ops.decode.nvimgcodec_batch import BatchDecoder, WindowFn, gpu_target
 from conveyor_server.engine.ops.geometry.random_resized_crop import params_of, sample_index
-from conveyor_server.engine.ops.geometry.random_window import Window, random_window, window_draws
+from conveyor_server.engine.ops.geometry.random_window import (
+    Window,
+    random_window,
+    window_draws_batch,
+)
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE_INDEX, BatchOp, OpContext, register
 
 MIXED = ("mixed", "gpu")
@@ -58,12 +64,12 @@ def image_op(decoder: BatchDecoder) -> BatchOp:
 def random_windows(ctx: OpContext, targs: Mapping[str, Batch]) -> WindowFn:
     """Each sample's random window, drawn as ``decoders.image_random_crop`` on the CPU."""
     params = params_of(ctx)
-    indices = targs[SAMPLE_INDEX]
+    indices = np.array([sample_index({SAMPLE_INDEX: i}) for i in targs[SAMPLE_INDEX]],
+                       dtype=np.uint64)
+    draws = window_draws_batch(ctx.seed, ctx.index, indices, params)  # the batch's at once
 
     def window(i: int, height: int, width: int) -> Window:
-        draws = window_draws(ctx.seed, ctx.index, sample_index({SAMPLE_INDEX: indices[i]}),
-                             params)
-        return random_window(height, width, params, draws)
+        return random_window(height, width, params, draws[i])
 
     return window
 

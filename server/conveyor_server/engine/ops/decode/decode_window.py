@@ -32,7 +32,7 @@ from conveyor_server.engine.ops.args import (
 from conveyor_server.engine.ops.decode import jpeg_region
 from conveyor_server.engine.ops.decode.decode import check_file, decode_image
 from conveyor_server.engine.ops.geometry.random_resized_crop import params_of, sample_index
-from conveyor_server.engine.ops.geometry.random_window import Window, random_window, window_draws
+from conveyor_server.engine.ops.geometry.random_window import Window, WindowDraws, random_window
 from conveyor_server.engine.ops.probes.inputs import probe_files
 from conveyor_server.engine.ops.probes.probe_set import Case, f32, indexed, op_probe
 from conveyor_server.engine.ops.probes.probe_set import Targs as ProbeTargs
@@ -52,15 +52,15 @@ def decode_window(data: np.ndarray, output_type: str, limits: EngineLimits,
     size = None
     if jpeg_region.available() and check_file(data, limits) == "JPEG":
         size = jpeg_region.frame_size(data)
-    if size is not None:
+    if size is not None:  # a JPEG checked, upright (frame_size): not checked again
         win = window_of(*size)
         if win is None:
-            return decode_image(data, output_type, limits), False
+            return decode_image(data, output_type, limits, upright_jpeg=True), False
         if jpeg_region.worth_it(win, size):
             region = jpeg_region.decode(data, output_type, win)
             if region is not None:
                 return region, True
-        image = decode_image(data, output_type, limits)
+        image = decode_image(data, output_type, limits, upright_jpeg=True)
     else:
         image = decode_image(data, output_type, limits)
         win = window_of(image.shape[0], image.shape[1])
@@ -73,9 +73,10 @@ def decode_window(data: np.ndarray, output_type: str, limits: EngineLimits,
 def build_image_random_crop(ctx: OpContext) -> SampleOp:
     output_type, limits = ctx.args["output_type"], ctx.limits
     params = params_of(ctx)
+    draws_of = WindowDraws(ctx.seed, ctx.index, params)
 
     def image_random_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
-        draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
+        draws = draws_of(sample_index(targs))
         image, _ = decode_window(inputs[0], output_type, limits,
                                  lambda h, w: random_window(h, w, params, draws))
         return (image,)

@@ -30,11 +30,11 @@ def exif_orientation(data: np.ndarray) -> int:
         if marker == jpeg_markers.SOS:
             return 1
         if marker == jpeg_markers.APP1 and bytes(data[pos + 4:pos + 10]) == b"Exif\0\0":
-            return _tiff_orientation(bytes(data[pos + 10:pos + 2 + length]))
+            return tiff_orientation(bytes(data[pos + 10:pos + 2 + length]))
     return 0
 
 
-def _tiff_orientation(tiff: bytes) -> int:
+def tiff_orientation(tiff: bytes) -> int:
     if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
         return 0
     order: Literal["little", "big"] = "little" if tiff[:2] == b"II" else "big"
@@ -51,9 +51,10 @@ def _tiff_orientation(tiff: bytes) -> int:
     return 1
 
 
-def decode(data: np.ndarray, output_type: str) -> np.ndarray | None:
-    """The decoded HWC uint8 image, or None where OpenCV must decode it."""
-    if exif_orientation(data) != 1:
+def decode(data: np.ndarray, output_type: str, *, upright: bool = False) -> np.ndarray | None:
+    """The decoded HWC uint8 image, or None where OpenCV must decode it. ``upright``: the
+    caller has read the file's EXIF orientation as 1 already (``jpeg_region.frame_size``)."""
+    if not upright and exif_orientation(data) != 1:
         return None
     try:
         image = simplejpeg.decode_jpeg(data, colorspace=output_type, fastdct=False,

@@ -79,10 +79,18 @@ def available() -> bool:
 
 def frame_size(data: np.ndarray) -> tuple[int, int] | None:
     """(height, width) of a JPEG whose windows decode exactly alone, from its header;
-    None for any other file (see the module's docstring)."""
+    None for any other file (see the module's docstring). Such a JPEG's EXIF orientation
+    is 1 (``jpeg_fast.exif_orientation``, read in the same walk over the segments), so
+    ``jpeg_fast.decode(data, ..., upright=True)`` decodes it whole."""
     view = data.data
     size = None
+    orientation = 1  # the first EXIF segment's, as jpeg_fast.exif_orientation reads it
+    exif = False
     for marker, pos, length in jpeg_markers.segments(data):
+        if (marker == jpeg_markers.APP1 and not exif
+                and bytes(view[pos + 4:pos + 10]) == b"Exif\0\0"):
+            exif = True
+            orientation = jpeg_fast.tiff_orientation(bytes(view[pos + 10:pos + 2 + length]))
         if marker == _APP14 or (0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)):
             return None  # Adobe transform; lossless, hierarchical or arithmetic coding
         if marker in _SOF_HUFFMAN and length >= 8 and pos + 10 <= len(view):
@@ -92,7 +100,7 @@ def frame_size(data: np.ndarray) -> tuple[int, int] | None:
                 return None
             size = (height, width)
         if marker == jpeg_markers.SOS:
-            return size if size is not None and jpeg_fast.exif_orientation(data) == 1 else None
+            return size if size is not None and orientation == 1 else None
     return None
 
 
@@ -140,8 +148,8 @@ def _params(output_type: str) -> Any:
 
 def decode(data: np.ndarray, output_type: str, window: Window) -> np.ndarray | None:
     """``window`` (inside the image) of a JPEG that ``frame_size`` takes, decoded alone: HWC
-    uint8, C-contiguous; None where nvImageCodec is absent or did not decode it (the caller
-    then decodes the whole image, which reports what is wrong with the file)."""
+    uint8, C-contiguous, writable; None where nvImageCodec is absent or did not decode it
+    (the caller then decodes the whole image, which reports what is wrong with the file)."""
     if _NV is None:
         return None
     nv = _NV
@@ -163,6 +171,7 @@ def decode(data: np.ndarray, output_type: str, window: Window) -> np.ndarray | N
     if array.shape[:2] != (window.h, window.w) or array.dtype != np.uint8:
         return None
     if output_type == "BGR":
-        array = array[:, :, ::-1]
-    # A copy that owns its memory, as the whole decode's (nvImageCodec's buffer goes).
-    return np.array(array, dtype=np.uint8, order="C", copy=True)
+        return np.ascontiguousarray(array[:, :, ::-1])
+    # The decoded Image's own buffer, not a copy: the array holds the Image (its ``base``),
+    # which owns the buffer and is never decoded into again.
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)

@@ -22,6 +22,7 @@ from conveyor_server.engine.ops.args import (
 )
 from conveyor_server.engine.ops.geometry.random_window import (
     Window,
+    WindowDraws,
     WindowParams,
     random_window,
     window_draws,
@@ -61,12 +62,14 @@ def build_random_resized_crop(ctx: OpContext) -> SampleOp:
     params = params_of(ctx)
     out_hw = output_size(ctx)
     interp_type, antialias = args["interp_type"], bool(args["antialias"])
+    draws_of = WindowDraws(ctx.seed, ctx.index, params)  # sample_window's draws, per block
 
     def random_resized_crop(inputs: Sequence[np.ndarray], targs: Targs) -> tuple[np.ndarray, ...]:
         image = inputs[0]
         check_image(op, image, WARP_DTYPES, CV_MAX_CHANNELS)
         ctx.limits.check_output((*out_hw, image.shape[2]), image.dtype)
-        win = sample_window(ctx, params, (image.shape[0], image.shape[1]), targs)
+        win = random_window(image.shape[0], image.shape[1], params,
+                            draws_of(sample_index(targs)))
         view = np.ascontiguousarray(image[win.y:win.y + win.h, win.x:win.x + win.w])
         return (resize_image(view, out_hw, interp_type, antialias),)
 

@@ -22,6 +22,7 @@ windows, so a machine whose library rounds differently is told apart.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,45 @@ def window_params(op: str, random_area: Sequence[float], random_aspect_ratio: Se
 def window_draws(seed: int, op_index: int, sample_index: int, params: WindowParams) -> np.ndarray:
     """The uniform draws in [0, 1) one sample's window uses (``params.num_draws``)."""
     return keyed_random.uniform01_draws(seed, op_index, sample_index, params.num_draws)
+
+
+def window_draws_batch(seed: int, op_index: int, sample_indices: np.ndarray,
+                       params: WindowParams) -> np.ndarray:
+    """``window_draws`` of each of ``sample_indices`` at once, bit for bit: row ``i`` is
+    sample ``sample_indices[i]``'s draws."""
+    return keyed_random.uniform01_draws_batch(seed, op_index, sample_indices, params.num_draws)
+
+
+class WindowDraws:
+    """``window_draws`` of one operator, per sample, computed a block of ``BLOCK``
+    consecutive sample indices at a time (``window_draws_batch``): an operator that runs per
+    sample gets its draws at a batch's cost without knowing the batch. The draws are a pure
+    function of the sample index, so a block computed twice (two threads at once) is the
+    same block, and which thread computes it changes nothing. The last ``KEEP`` blocks are
+    kept: a pipeline's batches in flight (prefetch, a few workers) fall within them."""
+
+    BLOCK = 64
+    KEEP = 8
+
+    def __init__(self, seed: int, op_index: int, params: WindowParams) -> None:
+        self._seed, self._op, self._params = seed, op_index, params
+        self._blocks: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, sample_index: int) -> np.ndarray:
+        block, row = divmod(sample_index, self.BLOCK)
+        draws = self._blocks.get(block)
+        if draws is None:
+            first = np.uint64(block * self.BLOCK)
+            draws = window_draws_batch(self._seed, self._op,
+                                       first + np.arange(self.BLOCK, dtype=np.uint64),
+                                       self._params)
+            draws.flags.writeable = False  # rows are handed out: nothing may change them
+            with self._lock:
+                self._blocks[block] = draws
+                while len(self._blocks) > self.KEEP:
+                    del self._blocks[next(iter(self._blocks))]  # the oldest kept
+        return draws[row]
 
 
 def random_window(height: int, width: int, params: WindowParams, draws: np.ndarray) -> Window:

@@ -19,6 +19,8 @@ against 0.41 for a mirrored HWC crop, whose reversed rows numpy reads slowly).
 
 from __future__ import annotations
 
+import threading
+
 import cv2
 import numpy as np
 
@@ -63,10 +65,29 @@ def lookup_into(out: np.ndarray, view: np.ndarray, table: np.ndarray, *, chw: bo
     if not chw and c > 1:
         _lut(src, np.ascontiguousarray(entries).reshape(1, 256, c), target)
         return
-    planes = cv2.split(src) if c > 1 else [src[:, :, 0]]
+    planes = cv2.split(src, _scratch_planes(src.shape)) if c > 1 else [src[:, :, 0]]
+    per_channel = np.ascontiguousarray(entries.T)  # row k: channel k's 256 entries
     for k in range(c):
-        _lut(planes[k], np.ascontiguousarray(entries[:, k]).reshape(1, 256),
-             target[k] if chw else target[:, :, 0])
+        _lut(planes[k], per_channel[k:k + 1], target[k] if chw else target[:, :, 0])
+
+
+#: Scratch planes larger than this are not kept between calls.
+SCRATCH_BYTES = 4 << 20
+_scratch = threading.local()
+
+
+def _scratch_planes(shape: tuple[int, ...]) -> list[np.ndarray]:
+    """Planes for ``cv2.split`` of an HWC image of ``shape`` to write into: this thread's,
+    kept from one call to the next (a split into new planes costs twice as much, ~0.04
+    against ~0.02 ms for 224x224x3, most of it allocating them). The planes are read by
+    the lookups of the same call, before the thread splits anything else."""
+    h, w, c = shape
+    planes: np.ndarray | None = getattr(_scratch, "planes", None)
+    if planes is None or planes.shape != (c, h, w):
+        planes = np.empty((c, h, w), dtype=np.uint8)
+        if planes.nbytes <= SCRATCH_BYTES:
+            _scratch.planes = planes
+    return list(planes)
 
 
 def _positive(a: np.ndarray) -> np.ndarray:
@@ -76,5 +97,5 @@ def _positive(a: np.ndarray) -> np.ndarray:
 
 def _lut(src: np.ndarray, lut: np.ndarray, target: np.ndarray) -> None:
     result = cv2.LUT(src, lut, dst=target)
-    if not np.shares_memory(result, target):  # OpenCV wrote elsewhere: copy it in
+    if result is not target and not np.shares_memory(result, target):  # written elsewhere
         np.copyto(target, result.reshape(target.shape))
