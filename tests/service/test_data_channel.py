@@ -1,0 +1,229 @@
+"""The data channel against real servers on loopback: a stream's batch bytes on the data
+port are the bytes of gRPC frames, for several pipelines; TLS and mTLS on the data port;
+wrong, reused and expired tickets refused; the fallback to gRPC frames when the data port
+cannot be reached; a kill -9 of the holder mid-stream loses or repeats nothing."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import conveyor
+from conveyor import fn, pipeline_def, types
+from conveyor.channel import STREAM_BATCHES_PATH
+from conveyor.credentials import TlsOptions, open_channel
+from conveyor.data_channel import Dialer, Unreachable
+from conveyor.v1 import service_pb2
+from conveyor.wire import parse_offer
+from conveyor_server.demo.run import rotate_pipeline
+from tests.fleet.holding_proxy import HoldingProxy
+from tests.service.test_tls import Pki, pki, tls_args  # noqa: F401  (pki: a fixture)
+from tests.support.resume import batch_bytes, reference
+from tests.support.servers import DEADLINE, ServerProcess, Start, client
+
+BATCHES = 7
+
+
+@pipeline_def(batch_size=3, num_threads=2, seed=5, enable_checkpointing=True)
+def images_u8(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
+    images = fn.decoders.image(jpegs, output_type=types.RGB)
+    return fn.resize(images, resize_x=40, resize_y=32), labels
+
+
+@pipeline_def(batch_size=3, num_threads=2, seed=6, enable_checkpointing=True)
+def ragged_f16(root: str) -> Any:
+    """Decoded images of their own sizes, rotated (other sizes again), as float16, and an
+    output of no bytes at all."""
+    jpegs, _ = fn.readers.file(file_root=root, random_shuffle=True)
+    images = fn.decoders.image(jpegs, output_type=types.RGB)
+    rotated = fn.rotate(images, angle=fn.random.uniform(range=(-30.0, 30.0)), fill_value=0)
+    nothing = fn.random.uniform(range=(0.0, 1.0), shape=(0,))
+    return fn.cast(rotated, dtype=types.FLOAT16), nothing, rotated
+
+
+@pipeline_def(batch_size=4, num_threads=1, seed=7, enable_checkpointing=True)
+def empty() -> Any:
+    """Batches of zero bytes: headers alone."""
+    return fn.random.uniform(range=(0.0, 1.0), shape=(0,))
+
+
+def read(c: conveyor.Client, name: str, spec: Any, count: int = BATCHES) -> tuple[
+        list[Any], bool]:
+    """``count`` batches of a new pipeline ``name`` as bytes, and whether they came on a
+    data channel."""
+    pipe = c.create(name, spec)
+    got = [batch_bytes(pipe.run()) for _ in range(count)]
+    on_channel = pipe.data_channel
+    pipe.close()
+    return got, on_channel
+
+
+@pytest.mark.parametrize("which", ["uint8 images", "ragged float16 and zero bytes",
+                                   "empty batches"])
+def test_the_data_channel_carries_the_bytes_of_the_frames(start_server: Start,
+                                                          image_root: Path,
+                                                          which: str) -> None:
+    root = str(image_root / "imgs")
+    spec = {"uint8 images": lambda: images_u8(root), "ragged float16 and zero bytes":
+            lambda: ragged_f16(root), "empty batches": empty}[which]()
+    server = start_server()
+    with client(server) as on, client(server, data_channel=False) as off:
+        channel, used = read(on, "on", spec)
+        frames, unused = read(off, "off", spec)
+    assert used and not unused
+    assert channel == frames
+    assert channel == reference(spec, BATCHES)
+    if which == "empty batches":
+        assert all(len(out[0][2]) == 0 for batch in channel for out in batch)
+
+
+class Call:
+    """A raw StreamBatches call asking for a data channel, its requests held open."""
+
+    def __init__(self, address: str, name: str, tls: TlsOptions | None = None) -> None:
+        self.channel = open_channel(address, tls)
+        self._requests: queue.SimpleQueue[service_pb2.StreamBatchesRequest | None] = \
+            queue.SimpleQueue()
+        self._requests.put(service_pb2.StreamBatchesRequest(name=name, data_channel=True))
+        method = self.channel.stream_stream(
+            STREAM_BATCHES_PATH,
+            request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
+            response_deserializer=None)
+        self.frames = method(self._iterate(), timeout=DEADLINE)
+
+    def _iterate(self) -> Iterator[service_pb2.StreamBatchesRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def offer(self) -> service_pb2.DataChannelOffer:
+        offer = parse_offer(next(self.frames))
+        assert offer is not None, "the first frame is not an offer"
+        assert len(offer.ticket) == 32 and offer.port and offer.expires_ms
+        return offer
+
+    def close(self) -> None:
+        self.frames.cancel()
+        self._requests.put(None)
+        self.channel.close()
+
+
+def dialer(server: ServerProcess, tls: TlsOptions | None = None) -> Dialer:
+    return Dialer(server.address, tls, [server.address], idle_s=DEADLINE)
+
+
+def test_wrong_reused_and_expired_tickets_are_refused(start_server: Start,
+                                                      image_root: Path) -> None:
+    server = start_server(env={"CONVEYOR_DATA_CHANNEL_HANDSHAKE_S": "1"})
+    spec = images_u8(str(image_root / "imgs"))
+    with client(server) as c:
+        c.create("tickets", spec)
+    call = Call(server.address, "tickets")
+    try:
+        offer = call.offer()
+        wrong = service_pb2.DataChannelOffer(ticket=secrets.token_bytes(32), port=offer.port,
+                                             expires_ms=offer.expires_ms)
+        with pytest.raises(Unreachable, match="refused the ticket"):
+            dialer(server).attach(wrong)
+        attached = dialer(server).attach(offer)  # the right one, once
+        with pytest.raises(Unreachable, match="refused the ticket"):
+            dialer(server).attach(offer)  # used
+        attached.close()
+    finally:
+        call.close()
+    late = Call(server.address, "tickets")
+    try:
+        offer = late.offer()
+        time.sleep(1.5)  # past the ticket's second: what this test is about
+        with pytest.raises(Unreachable, match="refused the ticket"):
+            dialer(server).attach(offer)
+        with pytest.raises(grpc.RpcError) as ended:  # and the call ends, saying why
+            next(late.frames)
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "was not attached within" in (ended.value.details() or "")
+    finally:
+        late.close()
+    log = server.log()
+    assert log.count("a wrong, expired or used ticket") == 3
+
+
+def test_tls_and_mtls_data_ports(start_server: Start, image_root: Path,
+                                 pki: Pki) -> None:  # noqa: F811
+    spec = images_u8(str(image_root / "imgs"))
+    expected = reference(spec, BATCHES)
+    tls_server = start_server(*tls_args(pki), tls=pki.plain)
+    with client(tls_server, tls=pki.plain) as c:
+        got, used = read(c, "over-tls", spec)
+    assert used and got == expected
+    mutual = pki.client("trainer", "spiffe://conveyor/trainer")
+    mtls_server = start_server(*tls_args(pki, mutual=True), tls=mutual)
+    with client(mtls_server, tls=mutual) as c:
+        got, used = read(c, "over-mtls", spec)
+    assert used and got == expected
+    # A client without a certificate is refused by the mTLS data port, even with a
+    # ticket; the same ticket then attaches with the certificate.
+    call = Call(mtls_server.address, "over-mtls", tls=mutual)
+    try:
+        offer = call.offer()
+        with pytest.raises(Unreachable):
+            dialer(mtls_server, pki.plain).attach(offer)
+        dialer(mtls_server, mutual).attach(offer).close()
+    finally:
+        call.close()
+    assert "TLS handshake failed" in mtls_server.log()
+    # A plaintext connection to a TLS data port gets nothing either.
+    call = Call(tls_server.address, "over-tls", tls=pki.plain)
+    try:
+        with pytest.raises(Unreachable):
+            dialer(tls_server).attach(call.offer())
+    finally:
+        call.close()
+
+
+def test_an_unreachable_data_port_falls_back_to_frames(
+        start_server: Start, image_root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy on 127.0.0.2 that passes the gRPC port alone: the offered data port is not
+    reachable there (the server's listens on 127.0.0.1)."""
+    server = start_server()
+    proxy = HoldingProxy(host="127.0.0.2").forward_to(server.address)
+    spec = images_u8(str(image_root / "imgs"))
+    caplog.set_level(logging.WARNING, "conveyor.client")
+    try:
+        with conveyor.Client(proxy.address, timeout=DEADLINE, place=False) as c:
+            first, used = read(c, "behind-a-proxy", spec)
+            again, used_again = read(c, "behind-a-proxy-2", spec)
+            assert c.connection(proxy.address).data_channel_off
+    finally:
+        proxy.close()
+    assert not used and not used_again
+    assert first == again == reference(spec, BATCHES)
+    said = [r for r in caplog.records if "cannot attach the data channel" in r.getMessage()]
+    assert len(said) == 1, "the fallback is said once per server"
+
+
+def test_a_kill_of_the_holder_mid_stream_loses_nothing(start_server: Start,
+                                                       image_root: Path) -> None:
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 40)
+    with conveyor.Client([a.address, b.address], timeout=DEADLINE, place=False,
+                         keepalive_s=1, keepalive_timeout_s=1) as c:
+        pipe = c.create("killed", spec)
+        got = [batch_bytes(pipe.run()) for _ in range(5)]
+        pipe.checkpoint()
+        got += [batch_bytes(pipe.run()) for _ in range(3)]
+        assert pipe.data_channel
+        a.kill()
+        while len(got) < 40:
+            got.append(batch_bytes(pipe.run()))
+        assert pipe.via == b.address and pipe.failovers == 1
+        assert pipe.data_channel  # on the new holder too
+    assert got == expected, "a batch was lost or repeated"
