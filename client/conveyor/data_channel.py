@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Sequence
 
@@ -52,23 +53,37 @@ class Unreachable(Exception):
 
 
 class DataSocket:
-    """The receiving end of an attached channel."""
+    """The receiving end of an attached channel.
 
-    def __init__(self, sock: socket.socket, where: str) -> None:
+    A plaintext channel reads each batch with one ``recv_into(..., MSG_WAITALL)`` on a
+    blocking socket (the kernel returns once the whole batch is in, not at every segment),
+    its silence bounded by ``SO_RCVTIMEO``; a TLS one reads record by record."""
+
+    def __init__(self, sock: socket.socket, where: str, idle_s: float) -> None:
         self._sock = sock
         self.where = where
         self._lock = threading.Lock()
         self._closed = False
+        self._flags = 0
+        if isinstance(sock, ssl.SSLSocket):
+            sock.settimeout(idle_s)
+        else:
+            sock.settimeout(None)
+            seconds = int(idle_s)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack(
+                "ll", seconds, int((idle_s - seconds) * 1_000_000)))
+            self._flags = socket.MSG_WAITALL
 
     def read_into(self, buffer: np.ndarray) -> None:
         """Fill ``buffer`` (a writable uint8 array) from the channel; ``Unavailable`` when
-        the channel ends or breaks before it is full, or stays silent past its timeout."""
+        the channel ends or breaks before it is full, or stays silent past its timeout
+        (``EAGAIN`` from a plaintext one)."""
         view = memoryview(buffer.data)
         size, filled = len(view), 0
-        recv_into = self._sock.recv_into
+        recv_into, flags = self._sock.recv_into, self._flags
         try:
             while filled < size:
-                got = recv_into(view[filled:])
+                got = recv_into(view[filled:], 0, flags)
                 if not got:
                     raise Unavailable(f"the data channel of {self.where} ended after "
                                       f"{filled} of a batch's {size} bytes")
@@ -150,7 +165,6 @@ class Dialer:
             if answer != READY:
                 raise Unreachable(f"the data port {where} refused the ticket (answered "
                                   f"{answer!r})")
-            sock.settimeout(self._idle_s)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             if sock is not None:
                 sock.close()
@@ -159,4 +173,4 @@ class Dialer:
             if sock is not None:
                 sock.close()
             raise
-        return DataSocket(sock, where)
+        return DataSocket(sock, where, self._idle_s)

@@ -77,6 +77,11 @@ class Worker:
         #: that a call started again asks exactly what is outstanding.
         self._lock = threading.Lock()
 
+    @property
+    def data_channel(self) -> bool:
+        """Whether its call receives the batches' bytes on a data channel."""
+        return self._data is not None
+
     def start(self, name: str, blob: bytes) -> None:
         connection = self.fan.client.connection(self.address)
         self._start = service_pb2.ComputeStart(
