@@ -30,6 +30,7 @@ import socket
 import ssl
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -64,6 +65,9 @@ class DataSocket:
         self.where = where
         self._lock = threading.Lock()
         self._closed = False
+        # A stream dropped without close() (its pipeline object collected) closes its
+        # socket with it, and the server's send ends.
+        self._finalizer = weakref.finalize(self, sock.close)
         self._flags = 0
         if isinstance(sock, ssl.SSLSocket):
             sock.settimeout(idle_s)
@@ -105,7 +109,7 @@ class DataSocket:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._sock.close()
+                self._finalizer()
 
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes:
