@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import queue
 import secrets
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,19 +16,20 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 import conveyor
 from conveyor import fn, pipeline_def, types
-from conveyor.channel import STREAM_BATCHES_PATH
+from conveyor.channel import AUTHORIZATION_KEY, STREAM_BATCHES_PATH, bearer
 from conveyor.credentials import TlsOptions, open_channel
 from conveyor.data_channel import Dialer, Unreachable
 from conveyor.v1 import service_pb2
-from conveyor.wire import parse_offer
+from conveyor.wire import parse_frame, parse_offer
 from conveyor_server.demo.run import rotate_pipeline
 from tests.fleet.holding_proxy import HoldingProxy
 from tests.service.test_tls import Pki, pki, tls_args  # noqa: F401  (pki: a fixture)
 from tests.support.resume import batch_bytes, reference
-from tests.support.servers import DEADLINE, ServerProcess, Start, client
+from tests.support.servers import DEADLINE, ServerProcess, Start, client, wait_for
 
 BATCHES = 7
 
@@ -86,10 +88,22 @@ def test_the_data_channel_carries_the_bytes_of_the_frames(start_server: Start,
         assert all(len(out[0][2]) == 0 for batch in channel for out in batch)
 
 
+def test_a_server_without_a_data_port_sends_frames(start_server: Start,
+                                                   image_root: Path) -> None:
+    server = start_server("--no-data-channel")
+    spec = images_u8(str(image_root / "imgs"))
+    with client(server) as c:
+        got, used = read(c, "frames", spec)
+        assert not used
+        assert not c.connection(server.address).data_channel_off  # asked, not refused
+    assert got == reference(spec, BATCHES)
+
+
 class Call:
     """A raw StreamBatches call asking for a data channel, its requests held open."""
 
-    def __init__(self, address: str, name: str, tls: TlsOptions | None = None) -> None:
+    def __init__(self, address: str, name: str, tls: TlsOptions | None = None,
+                 token: str | None = None) -> None:
         self.channel = open_channel(address, tls)
         self._requests: queue.SimpleQueue[service_pb2.StreamBatchesRequest | None] = \
             queue.SimpleQueue()
@@ -98,7 +112,8 @@ class Call:
             STREAM_BATCHES_PATH,
             request_serializer=service_pb2.StreamBatchesRequest.SerializeToString,
             response_deserializer=None)
-        self.frames = method(self._iterate(), timeout=DEADLINE)
+        self.frames = method(self._iterate(), timeout=DEADLINE,
+                             metadata=((AUTHORIZATION_KEY, bearer(token)),) if token else ())
 
     def _iterate(self) -> Iterator[service_pb2.StreamBatchesRequest]:
         while (request := self._requests.get()) is not None:
@@ -151,8 +166,8 @@ def test_wrong_reused_and_expired_tickets_are_refused(start_server: Start,
         assert "was not attached within" in (ended.value.details() or "")
     finally:
         late.close()
-    log = server.log()
-    assert log.count("a wrong, expired or used ticket") == 3
+    wait_for(lambda: server.log_path.read_text().count(
+        "a wrong, expired or used ticket") == 3, "three refused tickets in the log")
 
 
 def test_tls_and_mtls_data_ports(start_server: Start, image_root: Path,
@@ -178,7 +193,8 @@ def test_tls_and_mtls_data_ports(start_server: Start, image_root: Path,
         dialer(mtls_server, mutual).attach(offer).close()
     finally:
         call.close()
-    assert "TLS handshake failed" in mtls_server.log()
+    wait_for(lambda: "TLS handshake failed" in mtls_server.log_path.read_text(),
+             "the refused TLS handshake in the log")
     # A plaintext connection to a TLS data port gets nothing either.
     call = Call(tls_server.address, "over-tls", tls=pki.plain)
     try:
@@ -227,3 +243,65 @@ def test_a_kill_of_the_holder_mid_stream_loses_nothing(start_server: Start,
         assert pipe.via == b.address and pipe.failovers == 1
         assert pipe.data_channel  # on the new holder too
     assert got == expected, "a batch was lost or repeated"
+
+
+def test_the_offer_comes_only_after_authentication_and_authorisation(
+        start_server: Start, image_root: Path, tmp_path: Path) -> None:
+    tokens = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
+    (tmp_path / "tokens.yaml").write_text(yaml.safe_dump(tokens))
+    server = start_server("--tokens-file", str(tmp_path / "tokens.yaml"))
+    with client(server, token=tokens["alice"]) as c:
+        _, used = read(c, "alices", images_u8(str(image_root / "imgs")), 2)
+    assert used
+    for token, code in ((None, grpc.StatusCode.UNAUTHENTICATED),
+                        ("not-a-token-of-this-server", grpc.StatusCode.UNAUTHENTICATED),
+                        (tokens["bob"], grpc.StatusCode.PERMISSION_DENIED)):
+        call = Call(server.address, "alices", token=token)
+        try:
+            with pytest.raises(grpc.RpcError) as refused:
+                call.offer()
+            assert refused.value.code() == code
+        finally:
+            call.close()
+    call = Call(server.address, "alices", token=tokens["alice"])
+    try:
+        call.offer()
+    finally:
+        call.close()
+
+
+def test_pending_tickets_and_handshakes_are_bounded(start_server: Start,
+                                                    image_root: Path) -> None:
+    server = start_server(env={"CONVEYOR_DATA_CHANNEL_MAX_PENDING": "1",
+                               "CONVEYOR_DATA_CHANNEL_MAX_HANDSHAKES": "1",
+                               "CONVEYOR_DATA_CHANNEL_HANDSHAKE_S": "1"})
+    spec = images_u8(str(image_root / "imgs"))
+    with client(server) as c:
+        c.create("first", spec)
+        c.create("second", spec)
+    waiting = Call(server.address, "first")
+    offer = waiting.offer()
+    other = Call(server.address, "second")
+    try:
+        # One ticket waits: the second call gets no offer, its batches come in frames.
+        header, data = parse_frame(next(other.frames))
+        assert header is not None and header.index == 0 and len(data)
+        # One connection in its handshake: the next is closed at once; the first is cut
+        # when its second is over.
+        silent = socket.create_connection(("127.0.0.1", offer.port), timeout=10)
+        time.sleep(0.2)  # (the listener takes the silent one first)
+        turned_away = socket.create_connection(("127.0.0.1", offer.port), timeout=10)
+        assert turned_away.recv(1) == b""
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            if silent.recv(1) == b"":
+                raise OSError("closed")
+        assert 0.3 < time.monotonic() - started < 5
+        silent.close()
+        turned_away.close()
+    finally:
+        waiting.close()
+        other.close()
+    wait_for(lambda: "handshakes are under way" in server.log_path.read_text()
+             and "did not complete" in server.log_path.read_text(),
+             "the turned-away and the cut connections in the log")
