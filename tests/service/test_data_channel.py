@@ -26,6 +26,7 @@ from conveyor.data_channel import Dialer, Unreachable
 from conveyor.v1 import service_pb2
 from conveyor.wire import parse_frame, parse_offer
 from conveyor_server.demo.run import rotate_pipeline
+from tests.app.test_metrics import scrape
 from tests.fleet.holding_proxy import HoldingProxy
 from tests.service.test_tls import Pki, pki, tls_args  # noqa: F401  (pki: a fixture)
 from tests.support.resume import batch_bytes, reference
@@ -137,7 +138,7 @@ def dialer(server: ServerProcess, tls: TlsOptions | None = None) -> Dialer:
 
 def test_wrong_reused_and_expired_tickets_are_refused(start_server: Start,
                                                       image_root: Path) -> None:
-    server = start_server(env={"CONVEYOR_DATA_CHANNEL_HANDSHAKE_S": "1"})
+    server = start_server(env={"CONVEYOR_DATA_CHANNEL_HANDSHAKE_S": "1"}, metrics=True)
     spec = images_u8(str(image_root / "imgs"))
     with client(server) as c:
         c.create("tickets", spec)
@@ -168,6 +169,10 @@ def test_wrong_reused_and_expired_tickets_are_refused(start_server: Start,
         late.close()
     wait_for(lambda: server.log_path.read_text().count(
         "a wrong, expired or used ticket") == 3, "three refused tickets in the log")
+    samples, _ = scrape(server)
+    assert samples[("conveyor_data_channel_refusals_total",
+                    frozenset({("reason", "ticket")}))] == 3
+    assert samples[("conveyor_data_channels_total", frozenset())] == 1
 
 
 def test_tls_and_mtls_data_ports(start_server: Start, image_root: Path,

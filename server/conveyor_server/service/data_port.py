@@ -158,6 +158,9 @@ class DataPort:
         self.refusals: Counter[str] = Counter()
         #: Channels attached.
         self.attached = 0
+        #: Told of each attached channel and each refusal (the server's metrics).
+        self.on_attached: Callable[[], object] = lambda: None
+        self.on_refused: Callable[[str], object] = lambda reason: None
         self._thread = threading.Thread(target=self._accept, name="conveyor-data-port",
                                         daemon=True)
         self._thread.start()
@@ -271,6 +274,7 @@ class DataPort:
     def _refuse(self, conn: socket.socket, peer: str, reason: str, why: str) -> None:
         with self._lock:
             self.refusals[reason] += 1
+        self.on_refused(reason)
         log.warning("data channel: refused a connection from %s: %s", peer, why,
                     extra={"peer": peer})
         with contextlib.suppress(OSError):
@@ -318,6 +322,7 @@ class DataPort:
                 pending.sink = sink
                 self.attached += 1
                 pending.attached.set()
+            self.on_attached()
         except OSError as exc:  # a timeout, a reset, a cut by _reap
             self._refuse(conn, peer, "hello", f"the handshake did not complete: {exc}")
         finally:
