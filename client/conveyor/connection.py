@@ -67,7 +67,10 @@ class Connection:
         self._metadata = metadata
         self._dialer = Dialer(address, tls, targets, idle_s=sum(keepalive))
         #: Why the data channel is off for this server ("" while it is on).
-        self.data_channel_off = "" if data_channel else "turned off (Client(data_channel=False))"
+        self.data_channel_off = ("" if data_channel else
+                                 "turned off (Client(data_channel=False))")
+        if address.startswith("unix"):  # a local socket: no TCP port to reach
+            self.data_channel_off = "not over TCP"
         self._channel = open_channel(address, tls, (*CHANNEL_OPTIONS,
                                                     *client_keepalive(*keepalive)), targets)
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)

@@ -68,7 +68,8 @@ class Metrics:
             registry=r)
         self.bytes_streamed = Counter(
             "conveyor_bytes_streamed",
-            "Bytes of the encoded frames written to consumer streams.", registry=r)
+            "Bytes written to consumer streams: their encoded frames, or on a data channel "
+            "each batch's header frame and its bytes.", registry=r)
         self.decode_errors = Counter(
             "conveyor_decode_errors",
             "Batches the engine could not produce because a data file was unreadable or "
