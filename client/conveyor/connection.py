@@ -23,6 +23,7 @@ before Python stops gRPC's threads: see ``client.py``.)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import sys
@@ -48,6 +49,7 @@ from conveyor.channel import (
 from conveyor.credentials import TlsOptions, open_channel
 from conveyor.data_channel import DataSocket, Dialer, Unreachable
 from conveyor.v1 import service_pb2, service_pb2_grpc
+from conveyor.wire import parse_offer
 
 Metadata = tuple[tuple[str, str], ...]
 log = logging.getLogger("conveyor.client")
@@ -105,12 +107,18 @@ class Connection:
     def wants_data_channel(self) -> bool:
         return not self.data_channel_off
 
-    def attach(self, offer: service_pb2.DataChannelOffer) -> DataSocket | None:
-        """The data channel ``offer`` names, attached; None when it cannot be (the channel
-        is then off for this server, said once in the log, and the call must be made
-        again without it)."""
+    def attach(self, call: Any) -> tuple[Iterator[bytes], DataSocket | None] | None:
+        """For a batch call that asked for a data channel: its frames (the first one read
+        ahead) and its channel, attached as the call's offer says (None: the server made
+        no offer, and the frames carry the bytes). None when the offered channel cannot be
+        attached: the channel is then off for this server, said once in the log, and the
+        call must be made again without it."""
+        first = next(call, None)
+        offer = parse_offer(first) if first is not None else None
+        if offer is None:  # ended, or a server without a data port
+            return itertools.chain([first] if first is not None else [], call), None
         try:
-            return self._dialer.attach(offer)
+            return call, self._dialer.attach(offer)
         except Unreachable as exc:
             if not self.data_channel_off:
                 self.data_channel_off = str(exc)

@@ -11,7 +11,6 @@ worker start its call again without one, asking again what it was asked.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import queue
 import threading
 import time
@@ -26,7 +25,7 @@ from conveyor.connection import error_of
 from conveyor.data_channel import DataSocket
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
-from conveyor.wire import BatchAssembler, parse_offer
+from conveyor.wire import BatchAssembler
 
 if TYPE_CHECKING:
     from conveyor.client import Client
@@ -132,14 +131,11 @@ class Worker:
         assert self._call is not None and self._start is not None
         if not self._start.data_channel:
             return self._call
-        first = next(self._call, None)
-        offer = parse_offer(first) if first is not None else None
-        if offer is None:  # ended, or a server without a data port
-            return itertools.chain([first] if first is not None else [], self._call)
         connection = self.fan.client.connection(self.address)
-        self._data = connection.attach(offer)
-        if self._data is not None:
-            return self._call
+        attached = connection.attach(self._call)
+        if attached is not None:
+            frames, self._data = attached
+            return frames
         with self._lock:  # again, without: the start, then every index outstanding
             if not self.alive:
                 return iter(())

@@ -27,7 +27,6 @@ again without one; a broken one ends the stream as a broken gRPC stream does.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import sys
 import threading
@@ -45,7 +44,7 @@ from conveyor.data_channel import DataSocket
 from conveyor.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
-from conveyor.wire import BatchAssembler, parse_offer
+from conveyor.wire import BatchAssembler
 
 if TYPE_CHECKING:
     from conveyor.client import Checkpoint, Client
@@ -166,17 +165,12 @@ class RemotePipeline:
         self._frames = self._responses
         if not want:
             return
-        first = next(self._responses, None)
-        if first is None:
-            return  # the call ended: the read says so
-        offer = parse_offer(first)
-        if offer is None:  # a server without a data port: the frames carry the bytes
-            self._frames = itertools.chain([first], self._responses)
-            return
-        self._data = conn.attach(offer)
-        if self._data is None:  # unreachable: the same stream again, in frames alone
+        attached = conn.attach(self._responses)
+        if attached is None:  # unreachable: the same stream again, in frames alone
             self._close_stream()
             self._open()
+            return
+        self._frames, self._data = attached
 
     def _close_stream(self, flush: float = 0.0) -> None:
         """End the stream; ``flush``: seconds to wait for the last acknowledgement to go

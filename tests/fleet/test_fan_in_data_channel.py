@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.fleet.holding_proxy import HoldingProxy
 from tests.fleet.support import fleet, read_on, rotating, source_env, trainer
 from tests.support.resume import batch_bytes, reference
-from tests.support.servers import Start
+from tests.support.servers import Start, wait_for
 
 COUNT = 30
 
@@ -62,8 +62,11 @@ def test_a_worker_killed_mid_stream_on_a_data_channel(start_server: Start,
     with trainer(holder, victim, other) as c:
         pipe = c.open("killed", spec, workers=3)
         got = [batch_bytes(pipe.run()) for _ in range(6)]
-        assert pipe.fan_in is not None and victim.address in pipe.fan_in.data_channels()
+        fan = pipe.fan_in
+        assert fan is not None
+        # (a worker attaches once its server built the engine: maybe after 6 batches)
+        wait_for(lambda: victim.address in fan.data_channels(), "the victim's channel")
         victim.kill()
         read_on(pipe, got, COUNT)
-        assert victim.address not in pipe.workers and pipe.fan_in.mismatches == 0
+        assert victim.address not in pipe.workers and fan.mismatches == 0
     assert got == reference(spec, COUNT), "a batch was lost or repeated"
