@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import queue
 import secrets
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from conveyor_server.demo.run import rotate_pipeline
 from tests.app.test_metrics import scrape
 from tests.fleet.holding_proxy import HoldingProxy
 from tests.service.test_tls import Pki, pki, tls_args  # noqa: F401  (pki: a fixture)
+from tests.support.certs import peer_serial
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import DEADLINE, ServerProcess, Start, client, wait_for
 
@@ -310,3 +312,50 @@ def test_pending_tickets_and_handshakes_are_bounded(start_server: Start,
     wait_for(lambda: "handshakes are under way" in server.log_path.read_text()
              and "did not complete" in server.log_path.read_text(),
              "the turned-away and the cut connections in the log")
+
+
+def test_the_data_port_serves_rotated_certificate_files(start_server: Start, image_root: Path,
+                                                        pki: Pki) -> None:  # noqa: F811
+    """As the gRPC port (test_tls): the files swapped as a Secret volume does it, the data
+    port's next connection gets the new certificate; a half-written pair is not served."""
+    live, first = pki.folder / "live", pki.folder / "v1"
+    first.mkdir()
+    shutil.copy(pki.cert, first / "tls.crt")
+    shutil.copy(pki.key, first / "tls.key")
+    live.symlink_to(first)
+    server = start_server("--tls-cert", str(live / "tls.crt"), "--tls-key",
+                          str(live / "tls.key"), tls=pki.plain)
+    spec = images_u8(str(image_root / "imgs"))
+    with client(server, tls=pki.plain) as c:
+        c.create("rotating", spec)
+    call = Call(server.address, "rotating", tls=pki.plain)
+    try:
+        port = call.offer().port
+    finally:
+        call.close()
+    assert peer_serial("127.0.0.1", port, pki.ca_file) == \
+        peer_serial("127.0.0.1", server.port, pki.ca_file)
+
+    def swap_to(folder: Path) -> None:
+        link = pki.folder / "live.tmp"
+        link.symlink_to(folder)
+        link.replace(live)
+
+    renewed = pki.ca.issue("127.0.0.1", "localhost")
+    second = pki.folder / "v2"
+    second.mkdir()
+    renewed.write(second / "tls.crt", second / "tls.key")
+    swap_to(second)
+    wait_for(lambda: peer_serial("127.0.0.1", port, pki.ca_file) == renewed.serial,
+             "the data port's renewed certificate")
+    with client(server, tls=pki.plain) as c:
+        got, used = read(c, "after-rotation", spec, 2)
+    assert used and got == reference(spec, 2)
+    third = pki.folder / "v3"  # the new key, an old certificate: a rotation caught half-way
+    third.mkdir()
+    shutil.copy(second / "tls.key", third / "tls.key")
+    (third / "tls.crt").write_bytes(pki.ca.issue("127.0.0.1").cert_pem)
+    swap_to(third)
+    assert peer_serial("127.0.0.1", port, pki.ca_file) == renewed.serial
+    wait_for(lambda: "data channel: cannot read the TLS files again"
+             in server.log_path.read_text(), "the refused pair in the log")

@@ -139,6 +139,8 @@ class DataPort:
         self._certificates = certificates
         self._context: ssl.SSLContext | None = None
         self._context_signature: object = None
+        self._refused_signature: object = None
+        self._ssl()  # files that cannot be used stop the server here, not a handshake later
         family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         try:
             self._listener = socket.create_server((settings.host, settings.port),
@@ -218,23 +220,26 @@ class DataPort:
         if files is None:
             return None
         signature = files.signature()
-        if self._context is None or signature != self._context_signature:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            try:
-                context.load_cert_chain(files.files["tls.cert_file"],
-                                        files.files["tls.key_file"])
-                ca: Path | None = files.files.get("tls.client_ca_file")
-                if ca is not None:
-                    context.load_verify_locations(cafile=ca)
-                    context.verify_mode = ssl.CERT_REQUIRED
-            except (ssl.SSLError, OSError) as exc:
-                if self._context is None:
-                    raise
-                log.error("data channel: cannot read the TLS files again (%s); serving the "
-                          "certificate read before", exc)
-                return self._context
-            self._context, self._context_signature = context, signature
+        if self._context is not None and signature in (self._context_signature,
+                                                       self._refused_signature):
+            return self._context
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(files.files["tls.cert_file"],
+                                    files.files["tls.key_file"])
+            ca: Path | None = files.files.get("tls.client_ca_file")
+            if ca is not None:
+                context.load_verify_locations(cafile=ca)
+                context.verify_mode = ssl.CERT_REQUIRED
+        except (ssl.SSLError, OSError) as exc:
+            if self._context is None:
+                raise
+            self._refused_signature = signature  # until a file changes again
+            log.error("data channel: cannot read the TLS files again (%s); serving the "
+                      "certificate read before", exc)
+            return self._context
+        self._context, self._context_signature = context, signature
         return self._context
 
     def _accept(self) -> None:
