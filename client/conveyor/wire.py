@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from conveyor.data_channel import DataSocket
 from conveyor.errors import DataLoss
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
+
+if TYPE_CHECKING:
+    from conveyor.data_channel import DataSocket
 
 FRAME_BYTES = 1 << 20
 
