@@ -169,9 +169,16 @@ def test_wrong_reused_and_expired_tickets_are_refused(start_server: Start,
         assert "was not attached within" in (ended.value.details() or "")
     finally:
         late.close()
+    with socket.create_connection(("127.0.0.1", offer.port), timeout=10) as stranger:
+        stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(9))  # 36 bytes
+        assert stranger.recv(8) == b""  # no answer: closed
     wait_for(lambda: server.log_path.read_text().count(
         "a wrong, expired or used ticket") == 3, "three refused tickets in the log")
+    wait_for(lambda: "not a data channel hello" in server.log_path.read_text(),
+             "the stranger in the log")
     samples, _ = scrape(server)
+    assert samples[("conveyor_data_channel_refusals_total",
+                    frozenset({("reason", "hello")}))] == 1
     assert samples[("conveyor_data_channel_refusals_total",
                     frozenset({("reason", "ticket")}))] == 3
     assert samples[("conveyor_data_channels_total", frozenset())] == 1

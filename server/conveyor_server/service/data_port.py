@@ -306,9 +306,13 @@ class DataPort:
                 if not got:
                     break
                 hello += got
-            if len(hello) < len(HELLO) + TICKET_BYTES or not hello.startswith(HELLO):
+            if len(hello) < len(HELLO) + TICKET_BYTES:  # closed, or cut by the reaper
+                self._refuse(conn, peer, "hello", f"the handshake did not complete ({len(hello)}"
+                             f" of the hello's {len(HELLO) + TICKET_BYTES} bytes)")
+                return
+            if not hello.startswith(HELLO):
                 self._refuse(conn, peer, "hello", f"not a data channel hello of version "
-                             f"{HELLO[-1]} ({len(hello)} bytes)")
+                             f"{HELLO[-1]}")
                 return
             pending = self._redeem(hello[len(HELLO):])
             if pending is None:
