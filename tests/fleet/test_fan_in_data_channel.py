@@ -25,9 +25,15 @@ def test_a_fan_in_of_two_on_data_channels_is_the_one_server_sequence(
         assert not alone.data_channel
     with trainer(*servers) as c:
         pipe = c.open("fanned", spec, workers=2)
+        fan = pipe.fan_in
+        assert fan is not None
+        # (a worker attaches once its server built the engine)
+        wait_for(lambda: sorted(fan.data_channels()) == sorted(s.address for s in servers),
+                 "both workers on data channels")
         got = [batch_bytes(pipe.run()) for _ in range(COUNT)]
-        assert pipe.fan_in is not None and pipe.fan_in.mismatches == 0
-        assert sorted(pipe.fan_in.data_channels()) == sorted(s.address for s in servers)
+        assert fan.mismatches == 0
+        assert sorted(fan.data_channels()) == sorted(s.address for s in servers)
+        assert all(w.delivered for w in fan.workers), "both computed batches"
     assert got == one_server == reference(spec, COUNT)
 
 
