@@ -6,6 +6,7 @@ cannot be reached; a kill -9 of the holder mid-stream loses or repeats nothing."
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import secrets
 import shutil
@@ -366,3 +367,53 @@ def test_the_data_port_serves_rotated_certificate_files(start_server: Start, ima
     assert peer_serial("127.0.0.1", port, pki.ca_file) == renewed.serial
     wait_for(lambda: "data channel: cannot read the TLS files again"
              in server.log_path.read_text(), "the refused pair in the log")
+
+
+def sockets_on(pid: int | str, port: int, *, remote: bool) -> int:
+    """Established TCP sockets of process ``pid`` whose remote (else local) port is
+    ``port`` (from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, peer, state, inode = fields[1], fields[2], fields[3], fields[9]
+        end = peer if remote else local
+        if state == "01" and inode in inodes and int(end.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+def test_closed_streams_leave_no_socket_on_either_side(start_server: Start,
+                                                       image_root: Path) -> None:
+    server = start_server()
+    assert server.proc is not None
+    pid = server.proc.pid
+    spec = images_u8(str(image_root / "imgs"))
+    with client(server) as c:
+        c.create("probe", spec)
+    call = Call(server.address, "probe")
+    try:
+        port = call.offer().port
+    finally:
+        call.close()
+    with client(server) as c:
+        for i in range(3):
+            pipe = c.create(f"closed-{i}", spec)
+            pipe.run()
+            assert pipe.data_channel
+            assert sockets_on("self", port, remote=True) == 1
+            pipe.close()
+            assert sockets_on("self", port, remote=True) == 0
+        left_open = c.create("left-open", spec)  # closed by the client's close
+        left_open.run()
+        assert sockets_on("self", port, remote=True) == 1
+    assert sockets_on("self", port, remote=True) == 0
+    wait_for(lambda: sockets_on(pid, port, remote=False) == 0,
+             "the server to close every data channel")
