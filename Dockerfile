@@ -78,8 +78,9 @@ raise SystemExit(0 if find('cudart') else 'no CUDA headers (cuda_runtime.h) for 
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp
-# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health.
-EXPOSE 50051 9464 50052
+# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health,
+# 50053: the data port (batch bytes, TLS as 50051).
+EXPOSE 50051 9464 50052 50053
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-m", "conveyor_server.app.probe", "--address", "127.0.0.1:50052", \
          "--timeout", "3"]
@@ -104,8 +105,9 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp
-# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health.
-EXPOSE 50051 9464 50052
+# 50051: gRPC (TLS with the baked configuration), 9464: metrics, 50052: plaintext health,
+# 50053: the data port (batch bytes, TLS as 50051).
+EXPOSE 50051 9464 50052 50053
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-m", "conveyor_server.app.probe", "--address", "127.0.0.1:50052", \
          "--timeout", "3"]

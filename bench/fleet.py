@@ -10,7 +10,8 @@
   server computes one batch at a time); the trainer's own limit is measured on the same
   pipeline with the wait set to 0.
 - trainer cost: the trainer's CPU per received 224x224x3 float16 image (about 300 KB), from
-  1 server's stream, a fan-in of 1 and a fan-in of 4.
+  1 server's stream, a fan-in of 1 and a fan-in of 4, each with the batch bytes in gRPC
+  frames and on data channels (``conveyor/data_channel.py``), interleaved.
 - random access: seek + run of one batch at arbitrary indices in the engine, against
   running in order, for the shuffled file reader and an external source.
 - tail: the longest wait for one batch when one of 3 workers is killed (-9), and when one
@@ -140,22 +141,27 @@ def fleet(data_root: Path, log_dir: Path) -> Iterator[Fleet]:
         f.close()
 
 
-def client(*addresses: str) -> conveyor.Client:
+def client(*addresses: str, data_channel: bool = True) -> conveyor.Client:
     return conveyor.Client(list(addresses), place=False, timeout=30, keepalive_s=1,
-                           keepalive_timeout_s=1)
+                           keepalive_timeout_s=1, data_channel=data_channel)
 
 
 _names = iter(range(1_000_000))
 
 
 def rate(addresses: list[str], spec: Any, workers: int | str, batches: int,
-         batch: int) -> tuple[float, float]:
+         batch: int, data_channel: bool = True) -> tuple[float, float]:
     """Items per second and the trainer's CPU seconds per item, over ``batches`` after a
-    warm-up, from a fresh pipeline held by the first address."""
-    with client(*addresses) as c:
+    warm-up, from a fresh pipeline held by the first address (``data_channel``: the batch
+    bytes on data channels, which the servers must then attach)."""
+    with client(*addresses, data_channel=data_channel) as c:
         pipe = c.open(f"bench-{next(_names)}", spec, workers=workers)
         for _ in range(4):
             pipe.run()
+        fan = pipe.fan_in
+        attached = pipe.data_channel if fan is None else bool(fan.data_channels())
+        if attached != data_channel:
+            raise RuntimeError(f"data channel {'not ' if data_channel else ''}attached")
         cpu, start = process_cpu_s(), time.perf_counter()
         for _ in range(batches):
             pipe.run()
@@ -240,14 +246,18 @@ def trainer_cost(data_root: Path, log_dir: Path, runs: int, batches: int) -> Non
     with fleet(data_root, log_dir) as one, fleet(data_root, log_dir) as four:
         alone = [one.start()]
         addresses = [four.start() for _ in range(4)]
-        contenders: dict[str, Callable[[], float]] = {
-            "1 server, its stream": lambda: rate(alone, spec, 1, batches, FLAT_BATCH)[1],
-            "fan-in of 1": lambda: rate(alone, spec, "auto", batches, FLAT_BATCH)[1],
-            "fan-in of 4": lambda: rate(addresses, spec, 4, batches, FLAT_BATCH)[1],
-        }
+        contenders: dict[str, Callable[[], float]] = {}
+        for label, servers, workers in (("1 server, its stream", alone, 1),
+                                        ("fan-in of 1", alone, "auto"),
+                                        ("fan-in of 4", addresses, 4)):
+            for on, how in ((False, "gRPC frames"), (True, "data channel")):
+                contenders[f"{label}, {how}"] = (
+                    lambda s=servers, w=workers, on=on:  # type: ignore[misc]
+                    rate(s, spec, w, batches, FLAT_BATCH, data_channel=on)[1])
         got = interleaved(contenders, runs)
     table([[name, f"{median(v) * 1000:.3f}", spread([x * 1000 for x in v], "{:.3f}")]
            for name, v in got.items()], ["trainer fed by", "ms CPU / image", "spread"])
+    print(f"(load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
 
 
 def tail(data_root: Path, log_dir: Path, runs: int) -> None:

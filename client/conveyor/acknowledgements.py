@@ -26,8 +26,10 @@ class Acknowledgements:
     stream costs a few thread wake-ups per interval instead of several per batch.
     """
 
-    def __init__(self, name: str, consumed: int) -> None:
-        self._first = service_pb2.StreamBatchesRequest(name=name, consumed=consumed)
+    def __init__(self, name: str, consumed: int, data_channel: bool = False) -> None:
+        """``data_channel``: the first request asks for a data channel."""
+        self._first = service_pb2.StreamBatchesRequest(name=name, consumed=consumed,
+                                                       data_channel=data_channel)
         self._consumed = consumed
         self._news = threading.Event()
         self._closed = False

@@ -66,7 +66,7 @@ class Client:
                  keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
                  failover: bool = True,
                  placement_seed: int | random.Random | None = None,
-                 place: bool = True) -> None:
+                 place: bool = True, data_channel: bool = True) -> None:
         """``target``: a server address, several (a list, or comma-separated), or a DNS
         name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
         is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
@@ -87,7 +87,13 @@ class Client:
         ``placement_seed``: the seed (or the ``random.Random``) of those draws, for a
         repeatable placement; None: a fresh one. ``place``: False sends new pipelines to
         the targets too, as every other call (a server creating its own configured
-        pipelines through its API)."""
+        pipelines through its API).
+
+        ``data_channel``: receive batch bytes on a data channel of each stream and fan-in
+        call (a TCP connection to the server's data port, outside gRPC's messages; see
+        ``data_channel.py``) where the server offers one; a server whose data port cannot
+        be reached sends them in gRPC frames (said once in the log). False: always in gRPC
+        frames."""
         self.targets = server_targets(target, "conveyor.Client", "target")
         self.target = self.targets[0]
         self.timeout = timeout
@@ -97,6 +103,7 @@ class Client:
         self.tls = TlsOptions.from_env() if tls is None else tls or None
         self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
         self._keepalive = (keepalive_s, keepalive_timeout_s)
+        self.data_channel = data_channel
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         #: The pipelines handed out, whose streams ``close()`` ends first.
@@ -120,7 +127,8 @@ class Client:
             conn = self._connections.get(address)
             if conn is None:
                 conn = self._connections[address] = Connection(
-                    address, self._metadata, self._keepalive, self.tls, self.targets)
+                    address, self._metadata, self._keepalive, self.tls, self.targets,
+                    self.data_channel)
             return conn
 
     def servers(self) -> list[str]:

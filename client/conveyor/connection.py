@@ -23,6 +23,7 @@ before Python stops gRPC's threads: see ``client.py``.)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import sys
@@ -46,7 +47,9 @@ from conveyor.channel import (
     host_port,
 )
 from conveyor.credentials import TlsOptions, open_channel
+from conveyor.data_channel import DataSocket, Dialer, Unreachable
 from conveyor.v1 import service_pb2, service_pb2_grpc
+from conveyor.wire import parse_offer
 
 Metadata = tuple[tuple[str, str], ...]
 log = logging.getLogger("conveyor.client")
@@ -57,11 +60,19 @@ CLOSE_WAIT_S = 5.0
 
 class Connection:
     def __init__(self, address: str, metadata: Metadata, keepalive: tuple[float, float],
-                 tls: TlsOptions | None = None, targets: Sequence[str] = ()) -> None:
+                 tls: TlsOptions | None = None, targets: Sequence[str] = (),
+                 data_channel: bool = True) -> None:
         """``targets``: the client's targets, whose first names the certificate of a
-        server reached by IP (see ``credentials.expected_name``)."""
+        server reached by IP (see ``credentials.expected_name``). ``data_channel``: ask
+        for batch bytes on a data channel (``data_channel.py``) on batch calls."""
         self.address = address
         self._metadata = metadata
+        self._dialer = Dialer(address, tls, targets, idle_s=sum(keepalive))
+        #: Why the data channel is off for this server ("" while it is on).
+        self.data_channel_off = ("" if data_channel else
+                                 "turned off (Client(data_channel=False))")
+        if address.startswith("unix"):  # a local socket: no TCP port to reach
+            self.data_channel_off = "not over TCP"
         self._channel = open_channel(address, tls, (*CHANNEL_OPTIONS,
                                                     *client_keepalive(*keepalive)), targets)
         self._stub = service_pb2_grpc.ConveyorStub(self._channel)
@@ -91,6 +102,29 @@ class Connection:
         """The frames of a ComputeBatches call (fan-in; an iterator that can be
         cancelled)."""
         return self._compute_frames(requests, metadata=self._metadata)
+
+    @property
+    def wants_data_channel(self) -> bool:
+        return not self.data_channel_off
+
+    def attach(self, call: Any) -> tuple[Iterator[bytes], DataSocket | None] | None:
+        """For a batch call that asked for a data channel: its frames (the first one read
+        ahead) and its channel, attached as the call's offer says (None: the server made
+        no offer, and the frames carry the bytes). None when the offered channel cannot be
+        attached: the channel is then off for this server, said once in the log, and the
+        call must be made again without it."""
+        first = next(call, None)
+        offer = parse_offer(first) if first is not None else None
+        if offer is None:  # ended, or a server without a data port
+            return itertools.chain([first] if first is not None else [], call), None
+        try:
+            return call, self._dialer.attach(offer)
+        except Unreachable as exc:
+            if not self.data_channel_off:
+                self.data_channel_off = str(exc)
+                log.warning("conveyor: %s; batches from %s come in gRPC frames from now on",
+                            exc, self.address)
+            return None
 
     def close(self) -> None:
         """Close the channel, its calls (cancelled) and its sockets; at most

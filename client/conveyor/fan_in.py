@@ -126,6 +126,11 @@ class FanIn:
         with self.cond:
             return [w.address for w in self.workers if not w.suspect]
 
+    def data_channels(self) -> list[str]:
+        """The servers computing now whose call receives on a data channel."""
+        with self.cond:
+            return [w.address for w in self.workers if w.data_channel]
+
     def _candidates(self) -> list[service_pb2.ServerInfo]:
         """Live, non-draining servers with the holder's behaviour, the holder first, then
         the least loaded."""

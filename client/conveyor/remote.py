@@ -18,6 +18,11 @@ there. The trainer's loop never sees it; ``failovers`` counts it and the
 batches from several servers at once (``fan_in.py``), the same sequence byte for byte;
 the holder keeps the name, the lease and the checkpoints, and is told where the trainer
 stands. With ``workers=1`` nothing of that runs.
+
+**Data channel.** The stream asks for one (``data_channel.py``) unless the client turned it
+off or the server's data port proved unreachable: the batches' bytes are then read from it
+into each batch's buffer. A channel that cannot be attached makes the stream be opened
+again without one; a broken one ends the stream as a broken gRPC stream does.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from conveyor import errors
 from conveyor.acknowledgements import ACK_FLUSH_S, Acknowledgements
 from conveyor.allocator import tune_client_process
 from conveyor.connection import error_of, on_grpc_thread
+from conveyor.data_channel import DataSocket
 from conveyor.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
@@ -129,6 +135,9 @@ class RemotePipeline:
         self._first_generation = info.generation
         self._acks: Acknowledgements | None = None
         self._responses: Any = None
+        #: The stream's frames (its call, after a first frame read ahead) and data channel.
+        self._frames: Iterator[bytes] | None = None
+        self._data: DataSocket | None = None
         self._lock = threading.RLock()
         #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
         self._closing = threading.Event()
@@ -138,15 +147,30 @@ class RemotePipeline:
         client.adopt(self)
 
     @property
+    def data_channel(self) -> bool:
+        """Whether the stream receives its batches' bytes on a data channel now."""
+        return self._data is not None
+
+    @property
     def consumed(self) -> int:
         """Batches returned by ``run()`` and iteration, counted from the pipeline's start."""
         return self._consumed
 
     def _open(self) -> None:
         tune_client_process()
-        self._acks = Acknowledgements(self.name, self._consumed)
-        self._responses = self.client.connection(self.via).stream(
-            self._acks.requests(), self.client.stream_timeout)
+        conn = self.client.connection(self.via)
+        want = conn.wants_data_channel
+        self._acks = Acknowledgements(self.name, self._consumed, data_channel=want)
+        self._responses = conn.stream(self._acks.requests(), self.client.stream_timeout)
+        self._frames = self._responses
+        if not want:
+            return
+        attached = conn.attach(self._responses)
+        if attached is None:  # unreachable: the same stream again, in frames alone
+            self._close_stream()
+            self._open()
+            return
+        self._frames, self._data = attached
 
     def _close_stream(self, flush: float = 0.0) -> None:
         """End the stream; ``flush``: seconds to wait for the last acknowledgement to go
@@ -161,7 +185,9 @@ class RemotePipeline:
                 wait_for_the_end(self._responses, max(0.0, deadline - time.monotonic()))
         if self._responses is not None:
             self._responses.cancel()
-        self._acks = self._responses = None
+        if self._data is not None:
+            self._data.close()
+        self._acks = self._responses = self._frames = self._data = None
 
     def build(self) -> None:
         """DALI's ``Pipeline.build()``: nothing to do, the server built the pipeline when it
@@ -224,27 +250,28 @@ class RemotePipeline:
         return bytes(reply.data)
 
     def _next_batch(self) -> Batch:
-        if self._responses is None:
-            self._open()
-        # The stream starts where the first request said (this object's consumed count),
-        # so every batch, the first one too, must be the next in order.
-        assembler = BatchAssembler(self._consumed, f"the stream of {self.name!r}")
         try:
-            for frame in self._responses:
+            if self._responses is None:
+                self._open()
+            assert self._frames is not None
+            # The stream starts where the first request said (this object's consumed
+            # count), so every batch, the first one too, must be the next in order.
+            assembler = BatchAssembler(self._consumed, f"the stream of {self.name!r}",
+                                       self._data)
+            for frame in self._frames:
                 batch = assembler.feed(frame)
                 if batch is not None:
                     break
             else:
                 raise errors.Unavailable(f"the stream of {self.name!r} ended")
-        except grpc.RpcError as exc:
+        except (grpc.RpcError, errors.ConveyorError) as exc:
             self._close_stream()
             if self._closing.is_set():
                 raise errors.FailedPrecondition(
                     f"the stream of {self.name!r} was closed (close() on another thread) "
                     f"after {self._consumed} batches") from None
-            raise error_of(exc) from None
-        except errors.ConveyorError:
-            self._close_stream()
+            if isinstance(exc, grpc.RpcError):
+                raise error_of(exc) from None
             raise
         self._consumed += 1
         assert self._acks is not None
@@ -381,9 +408,11 @@ class RemotePipeline:
         self._closing.set()  # a run() holds the lock: end its stream under it
         try:
             while not self._lock.acquire(timeout=0.05):
-                responses = self._responses  # (it may be opening one right now)
+                responses, data = self._responses, self._data  # (it may be opening one)
                 if responses is not None:
                     responses.cancel()
+                if data is not None:
+                    data.abort()
             try:
                 self._close_stream()
             finally:

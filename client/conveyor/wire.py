@@ -8,13 +8,16 @@ no per-pixel fields.
 Frames are ``StreamBatchesResponse`` messages, but both ends handle their encoded form
 directly: the sender writes each frame with one copy from the sample arrays, and the
 receiver copies each frame's data once into a single writable buffer per batch and hands
-out views of it.
+out views of it. On a call with a data channel (``data_channel.py``) a batch is its header
+frame alone (``header_frame``), and its bytes are read from the channel straight into that
+buffer.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,11 +25,16 @@ from conveyor.errors import DataLoss
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
 
+if TYPE_CHECKING:
+    from conveyor.data_channel import DataSocket
+
 FRAME_BYTES = 1 << 20
 
-# Field keys of StreamBatchesResponse: header = 1, data = 2, both length-delimited.
+# Field keys of StreamBatchesResponse: header = 1, data = 2, offer = 3, all
+# length-delimited (ComputeBatchesResponse has the same fields).
 _HEADER_KEY = b"\x0a"
 _DATA_KEY = b"\x12"
+_OFFER_KEY = 0x1A
 
 
 def _varint(value: int) -> bytes:
@@ -105,6 +113,19 @@ def encode_frames(index: int, outputs: Sequence[TensorList],
         yield b"".join(prefix)
 
 
+def header_frame(header: service_pb2.BatchHeader) -> bytes:
+    """A frame holding ``header`` alone (a batch whose bytes go on a data channel)."""
+    body = header.SerializeToString()
+    return b"".join([_HEADER_KEY, _varint(len(body)), body])
+
+
+def parse_offer(frame: bytes) -> service_pb2.DataChannelOffer | None:
+    """The data channel offer ``frame`` carries, or None when it is a batch frame."""
+    if not frame or frame[0] != _OFFER_KEY:
+        return None
+    return service_pb2.StreamBatchesResponse.FromString(frame).offer
+
+
 def parse_frame(frame: bytes) -> tuple[service_pb2.BatchHeader | None, memoryview]:
     """Split an encoded ``StreamBatchesResponse`` into its header (if any) and data."""
     view = memoryview(frame)
@@ -130,11 +151,15 @@ class BatchAssembler:
     ``expected``: the index the next batch's header must carry, one more after each batch
     returned (None: any index). A header with another index raises ``DataLoss`` naming
     both, before any of its data is taken; ``source`` names the stream in that message.
+    ``data``: the call's data channel, when one is attached: every frame is then a header
+    alone, and the batch's bytes are read from the channel into its buffer.
     """
 
-    def __init__(self, expected: int | None = None, source: str = "the stream") -> None:
+    def __init__(self, expected: int | None = None, source: str = "the stream",
+                 data: DataSocket | None = None) -> None:
         self.expected = expected
         self._source = source
+        self._data = data
         self._header: service_pb2.BatchHeader | None = None
         #: The index of the batch being assembled, or of the last one returned.
         self.index = -1
@@ -156,6 +181,13 @@ class BatchAssembler:
             self.index = header.index
             self._buffer = np.empty(header.total_bytes, dtype=np.uint8)
             self._filled = 0
+            if self._data is not None:
+                if len(data):
+                    raise DataLoss(f"batch {header.index} came with data in its frame on "
+                                   "a call whose data goes on the data channel")
+                self._data.read_into(self._buffer)
+                self._filled = len(self._buffer)
+                return self._done()
         elif self._header is None:
             raise DataLoss("data frame without a batch header")
         end = self._filled + len(data)
@@ -166,6 +198,10 @@ class BatchAssembler:
         self._filled = end
         if self._filled < len(self._buffer):
             return None
+        return self._done()
+
+    def _done(self) -> tuple[TensorList, ...]:
+        assert self._header is not None
         done, self._header = self._header, None
         if self.expected is not None:
             self.expected += 1

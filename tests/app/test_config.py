@@ -143,6 +143,25 @@ def test_checks_beyond_types(tmp_path: Path) -> None:
     assert cfg.listen == "127.0.0.1:0"
 
 
+def test_the_data_port_from_flags_and_the_environment(tmp_path: Path) -> None:
+    from conveyor_server.app.main import data_port_settings
+
+    base = ["--data-root", str(tmp_path), "--listen", "127.0.0.1:50051"]
+    cfg = load_config(base, env={})
+    assert cfg.data_channel.enabled and cfg.data_channel.port == 0
+    settings = data_port_settings(cfg)
+    assert settings is not None and (settings.host, settings.port) == ("127.0.0.1", 0)
+    cfg = load_config([*base, "--data-port", "50053"],
+                      env={"CONVEYOR_DATA_CHANNEL_HANDSHAKE_S": "2.5"})
+    settings = data_port_settings(cfg)
+    assert settings is not None and settings.port == 50053 and settings.handshake_s == 2.5
+    assert data_port_settings(load_config([*base, "--no-data-channel"], env={})) is None
+    assert data_port_settings(load_config(
+        base, env={"CONVEYOR_DATA_CHANNEL_ENABLED": "false"})) is None
+    with pytest.raises(configuration.ConfigError, match=r"data_channel\.port"):
+        load_config([*base, "--data-port", "70000"], env={})
+
+
 def test_server_refuses_a_bad_file_at_start(tmp_path: Path) -> None:
     path = write(tmp_path / "s.yaml", {"data_roots": [str(tmp_path)],
                                        "limits": {"max_batch_bytes": -1}})

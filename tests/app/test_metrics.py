@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor import errors
-from conveyor.wire import encode_frames
+from conveyor.wire import batch_header, encode_frames, header_frame
 from conveyor_server import Pipeline, __version__
 from conveyor_server.app.metrics import engine_labels
 from conveyor_server.demo.run import rotate_pipeline
@@ -49,9 +49,14 @@ def metric(server: ServerProcess, name: str, **labels: str) -> float:
     return value(scrape(server)[0], name, **labels)
 
 
-def frame_bytes(spec: Any, batches: int) -> int:
-    """The bytes of the frames of the first ``batches`` batches, encoded in process."""
+def frame_bytes(spec: Any, batches: int, data_channel: bool = True) -> int:
+    """The bytes of the first ``batches`` batches, encoded in process: on a data channel
+    each one's header frame and its data, else its frames."""
     with Pipeline(spec) as local:
+        if data_channel:
+            headers = [batch_header(i, b)[0]
+                       for i, b in enumerate(run_batches(local, batches))]
+            return sum(len(header_frame(h)) + h.total_bytes for h in headers)
         return sum(len(f) for i, b in enumerate(run_batches(local, batches))
                    for f in encode_frames(i, b))
 
@@ -74,6 +79,7 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
     with client(server) as c:
         pipe = c.create(NAME, spec)
         consumed = run_batches(pipe, 3)  # type: ignore[arg-type]
+        assert pipe.data_channel
         assert metric(server, "conveyor_active_streams") == 1
         assert metric(server, "conveyor_hosted_pipelines") == 1
         ckpt = pipe.checkpoint()
@@ -92,7 +98,8 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
         assert value(samples, "conveyor_bytes_streamed_total") == frame_bytes(spec, sent)
         payload = sum(len(data) for batch in consumed for out in batch_bytes(batch)
                       for _, _, data in out)
-        assert frame_bytes(spec, 3) > payload > 0  # frames: the tensors plus headers
+        assert frame_bytes(spec, 3) > payload > 0  # the tensors plus headers
+        assert frame_bytes(spec, 3, data_channel=False) > frame_bytes(spec, 3)
         # The stream asked the engine for every batch sent, and at most for those produced.
         assert sent <= value(samples, "conveyor_batch_latency_seconds_count") <= info.produced
         assert value(samples, "conveyor_batch_latency_seconds_sum") > 0

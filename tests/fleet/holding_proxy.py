@@ -11,8 +11,11 @@ from contextlib import suppress
 
 
 class HoldingProxy:
-    def __init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        """``host``: where it listens (another loopback address than the server's: a proxy
+        whose host reaches the server's gRPC port alone)."""
+        self.host = host
+        self._listener = socket.create_server((host, 0))
         self.port = int(self._listener.getsockname()[1])
         #: Set: the server's bytes go through; cleared: they wait.
         self.answers = threading.Event()
@@ -23,7 +26,7 @@ class HoldingProxy:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def forward_to(self, address: str) -> HoldingProxy:
         host, port = address.rsplit(":", 1)

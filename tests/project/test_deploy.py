@@ -61,6 +61,8 @@ CONFIG_KEYS: dict[str, Any] = {
     "tls": {"cert_file": None, "key_file": None, "client_ca_file": None},
     "auth": {"disabled": None, "tokens_file": None, "operators": None},
     "health": {"listen": None},
+    "data_channel": {"enabled": None, "port": None, "max_pending": None,
+                     "max_handshakes": None, "handshake_s": None},
     "reflection": None,
     "metrics": {"listen": None},
     "log": {"level": None, "format": None},
@@ -193,7 +195,7 @@ def test_dockerfile_structure() -> None:
         assert re.fullmatch(r"\d+:\d+", last["USER"]), f"{name}: USER must be numeric"
         assert json.loads(last["ENTRYPOINT"]) == ["conveyor-server"], name
         assert json.loads(last["CMD"]) == ["--config", "/etc/conveyor/server.yaml"], name
-        assert set(last["EXPOSE"].split()) == {"50051", "9464", "50052"}, name
+        assert set(last["EXPOSE"].split()) == {"50051", "9464", "50052", "50053"}, name
         healthcheck = json.loads(last["HEALTHCHECK"].split(" CMD ", 1)[1])
         assert healthcheck[:3] == ["python", "-m", "conveyor_server.app.probe"], name
         # The plaintext health port of the baked configuration (50051 is TLS only).
@@ -302,6 +304,7 @@ def test_config_map_holds_the_server_config(kustomization: str) -> None:
     assert config == yaml.safe_load((DEPLOY / "base" / "server.yaml").read_text())
     assert config["listen"].endswith(":50051") and config["metrics"]["listen"].endswith(":9464")
     assert config["data_roots"] == ["/data"]
+    assert config["data_channel"]["port"] == 50053 and config["data_channel"]["enabled"]
     assert config["redis"]["url"] == "redis://conveyor-redis:6379/0"
     assert config["redis"]["mode"] == "standalone" and config["log"]["format"] == "json"
 
@@ -320,7 +323,7 @@ def test_server_pod_wiring() -> None:
     assert not unknown, f"environment variables that name no config key: {unknown}"
     assert c["args"] == ["--config", "/etc/conveyor/server.yaml"]
     assert {(p["name"], p["containerPort"]) for p in c["ports"]} == \
-        {("grpc", 50051), ("metrics", 9464), ("health", 50052)}
+        {("grpc", 50051), ("metrics", 9464), ("health", 50052), ("data", 50053)}
     assert spec["terminationGracePeriodSeconds"] > config["drain"]["grace_s"] + 5
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -342,7 +345,7 @@ def test_headless_service_and_disruption_budget_select_the_servers() -> None:
     assert service["spec"]["clusterIP"] == "None"
     assert selects(service["spec"]["selector"], labels)
     assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == \
-        {("grpc", 50051), ("metrics", 9464)}
+        {("grpc", 50051), ("metrics", 9464), ("data", 50053)}
     pdb = one(objects, "PodDisruptionBudget", "conveyor-server")
     assert selects(pdb["spec"]["selector"]["matchLabels"], labels)
 
@@ -364,7 +367,7 @@ def test_network_policy() -> None:
                json.dumps({"matchLabels": {"conveyor.io/trainer": "true"}}))
     prometheus = (json.dumps({"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}),
                   json.dumps({"matchLabels": {"app.kubernetes.io/name": "prometheus"}}))
-    assert allowed_in == {(50051, *trainer), (9464, *prometheus)}
+    assert allowed_in == {(50051, *trainer), (50053, *trainer), (9464, *prometheus)}
     allowed_out = {(p["port"], p["protocol"]) for rule in policy["egress"]
                    for p in rule["ports"]}
     assert {(6379, "TCP"), (53, "UDP"), (53, "TCP")} <= allowed_out

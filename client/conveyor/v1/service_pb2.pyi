@@ -125,12 +125,14 @@ class DescribePipelineResponse(_message.Message):
     def __init__(self, pipeline: _Optional[_Union[PipelineInfo, _Mapping]] = ...) -> None: ...
 
 class StreamBatchesRequest(_message.Message):
-    __slots__ = ("name", "consumed")
+    __slots__ = ("name", "consumed", "data_channel")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    DATA_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     consumed: int
-    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ...) -> None: ...
+    data_channel: bool
+    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ..., data_channel: _Optional[bool] = ...) -> None: ...
 
 class TensorHeader(_message.Message):
     __slots__ = ("dtype", "layout", "ndim", "shapes")
@@ -157,12 +159,24 @@ class BatchHeader(_message.Message):
     def __init__(self, index: _Optional[int] = ..., batch_size: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorHeader, _Mapping]]] = ..., total_bytes: _Optional[int] = ...) -> None: ...
 
 class StreamBatchesResponse(_message.Message):
-    __slots__ = ("header", "data")
+    __slots__ = ("header", "data", "offer")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFER_FIELD_NUMBER: _ClassVar[int]
     header: BatchHeader
     data: bytes
-    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    offer: DataChannelOffer
+    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., offer: _Optional[_Union[DataChannelOffer, _Mapping]] = ...) -> None: ...
+
+class DataChannelOffer(_message.Message):
+    __slots__ = ("ticket", "port", "expires_ms")
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    ticket: bytes
+    port: int
+    expires_ms: int
+    def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ..., expires_ms: _Optional[int] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ("name", "consumed", "position_only")
@@ -329,12 +343,14 @@ class ListServersResponse(_message.Message):
     def __init__(self, servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ...) -> None: ...
 
 class ComputeStart(_message.Message):
-    __slots__ = ("name", "checkpoint")
+    __slots__ = ("name", "checkpoint", "data_channel")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DATA_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     checkpoint: bytes
-    def __init__(self, name: _Optional[str] = ..., checkpoint: _Optional[bytes] = ...) -> None: ...
+    data_channel: bool
+    def __init__(self, name: _Optional[str] = ..., checkpoint: _Optional[bytes] = ..., data_channel: _Optional[bool] = ...) -> None: ...
 
 class ComputeRange(_message.Message):
     __slots__ = ("first", "count")
@@ -355,9 +371,11 @@ class ComputeBatchesRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[ComputeStart, _Mapping]] = ..., compute: _Optional[_Union[ComputeRange, _Mapping]] = ..., cancel: _Optional[int] = ...) -> None: ...
 
 class ComputeBatchesResponse(_message.Message):
-    __slots__ = ("header", "data")
+    __slots__ = ("header", "data", "offer")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFER_FIELD_NUMBER: _ClassVar[int]
     header: BatchHeader
     data: bytes
-    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    offer: DataChannelOffer
+    def __init__(self, header: _Optional[_Union[BatchHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., offer: _Optional[_Union[DataChannelOffer, _Mapping]] = ...) -> None: ...

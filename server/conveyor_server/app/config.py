@@ -105,6 +105,23 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class DataChannelConfig:
+    """The data port, where streams and fan-in calls receive batch bytes outside gRPC's
+    messages (TLS and mTLS as the gRPC port, with the same files)."""
+    #: Offer data channels; false: batch bytes go in gRPC frames only.
+    enabled: bool = True
+    #: The data port, on the host of ``listen``; 0: a free one (offers name it). Pin it
+    #: where a firewall or a NetworkPolicy must let it through.
+    port: int = field(default=0, metadata={"min": 0, "max": 65535})
+    #: Tickets offered and not yet used, at most (beyond: data in gRPC frames).
+    max_pending: int = field(default=256, metadata={"min": 1, "max": 65536})
+    #: Connections in their TLS handshake and hello at once, at most (beyond: closed).
+    max_handshakes: int = field(default=64, metadata={"min": 1, "max": 4096})
+    #: Seconds a ticket is valid, and a connection has for its TLS handshake and hello.
+    handshake_s: float = field(default=5.0, metadata={"min": 0.5, "max": 60.0})
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     listen: str | None = None
 
@@ -166,6 +183,7 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: ServerTlsConfig = field(default_factory=ServerTlsConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    data_channel: DataChannelConfig = field(default_factory=DataChannelConfig)
     #: Serve gRPC server reflection (describes the API to anyone who reaches the port).
     reflection: bool = False
     metrics: MetricsConfig = field(default_factory=MetricsConfig)

@@ -35,6 +35,7 @@ from conveyor_server.app.security import (
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds
 from conveyor_server.engine.stages.source_callables import ExternalSources
+from conveyor_server.service.data_port import DataPortSettings
 from conveyor_server.service.kill_points import KillPoints
 from conveyor_server.store.connect import connect
 from conveyor_server.store.owner_lock import DirectoryInUse
@@ -57,6 +58,7 @@ FLAG_KEYS = {
     "tls_cert": "tls.cert_file", "tls_key": "tls.key_file",
     "tls_client_ca": "tls.client_ca_file", "tokens_file": "auth.tokens_file",
     "health_listen": "health.listen", "reflection": "reflection",
+    "data_port": "data_channel.port", "no_data_channel": "data_channel.enabled",
 }
 
 
@@ -94,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="YAML file of 'name: token' entries clients authenticate with")
     p.add_argument("--health-listen", metavar="HOST:PORT",
                    help="also serve the health service alone, in plaintext, here")
+    p.add_argument("--data-port", type=int, metavar="PORT",
+                   help="the data port, where batch bytes travel outside gRPC's messages "
+                        "(on the host of --listen; default 0: a free one)")
+    p.add_argument("--no-data-channel", action="store_const", const=False,
+                   help="serve no data port: batch bytes go in gRPC frames only")
     p.add_argument("--reflection", action="store_const", const=True,
                    help="serve gRPC server reflection (off by default)")
     p.add_argument("--log-level", type=str.lower, help="debug, info, warning or error")
@@ -149,6 +156,16 @@ def spec_bounds(limits: configuration.LimitsConfig) -> SpecBounds:
     return SpecBounds(max_batch_size=limits.max_batch_size, max_threads=limits.max_threads,
                       max_prefetch_depth=limits.max_prefetch_depth, max_ops=limits.max_ops,
                       max_spec_bytes=limits.max_spec_bytes)
+
+
+def data_port_settings(cfg: configuration.ServerConfig) -> DataPortSettings | None:
+    """Where the data port listens (the host of ``listen``), None when it is off."""
+    data = cfg.data_channel
+    if not data.enabled:
+        return None
+    host = cfg.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+    return DataPortSettings(host=host, port=data.port, max_pending=data.max_pending,
+                            max_handshakes=data.max_handshakes, handshake_s=data.handshake_s)
 
 
 def start_private_redis(state_dir: Path) -> RedisProcess:
@@ -217,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             reflection=cfg.reflection, drain_wait=cfg.drain.grace_s / 2, limits=limits,
             behaviour=behaviour, keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s),
             worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
-            external_sources=sources)
+            external_sources=sources, data_port=data_port_settings(cfg),
+            certificates=security.certificates)
         metrics.watch_service(service)
         startup = StartupCalls(security.authenticator)
         if cfg.pipelines:
@@ -234,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise
         runtime.install_signal_handlers(cfg.drain.grace_s)
         host = cfg.listen.rpartition(":")[0]
+        data_port = service.streams.data_port
+        if data_port is not None:
+            log.info("data channel: data port %d (%s)", data_port.port,
+                     "TLS" if security.certificates is not None else "plaintext")
         # Lines on stdout that tools can parse; everything else goes to the log.
         print(f"conveyor-server listening on {host}:{port} as {service.address} "
               f"(redis {store.address})", flush=True)

@@ -68,7 +68,8 @@ class Metrics:
             registry=r)
         self.bytes_streamed = Counter(
             "conveyor_bytes_streamed",
-            "Bytes of the encoded frames written to consumer streams.", registry=r)
+            "Bytes written to consumer streams: their encoded frames, or on a data channel "
+            "each batch's header frame and its bytes.", registry=r)
         self.decode_errors = Counter(
             "conveyor_decode_errors",
             "Batches the engine could not produce because a data file was unreadable or "
@@ -113,6 +114,13 @@ class Metrics:
             "Time the start-up behaviour probe took (every operator on the canonical probes).",
             registry=r)
         self.probe_seconds.set(behaviour.seconds)
+        self.data_channels = Counter(
+            "conveyor_data_channels", "Data channels attached to batch calls.", registry=r)
+        self.data_channel_refusals = Counter(
+            "conveyor_data_channel_refusals",
+            "Connections to the data port refused, by reason: ticket (wrong, expired or "
+            "used), hello (malformed or not completed in time), tls (a failed handshake), "
+            "busy (too many handshakes at once).", ["reason"], registry=r)
         self.pipeline_load = PipelineLoad()
         r.register(self.pipeline_load)
         self.server_load = ServerLoad()
@@ -125,6 +133,11 @@ class Metrics:
         self.pipeline_load.watch(lambda: [hosted.name for hosted in pipelines.all()])
         self.server_load.watch(service.workers.busy_seconds, service.workers.threads,
                                pipelines.limit, service.streams.slots.max_streams)
+        data_port = service.streams.data_port
+        if data_port is not None:
+            data_port.on_attached = self.data_channels.inc
+            data_port.on_refused = lambda reason: self.data_channel_refusals.labels(
+                reason).inc()
 
     # -- ServiceObserver ---------------------------------------------------------------
 

@@ -18,7 +18,9 @@ bounds the bytes in transit. Each call holds one of the server's stream slots
 (``limits.max_streams``) and computes on the server's shared workers, so the fleet record
 counts it in ``streams`` and ``busy``. A draining server ends its calls with UNAVAILABLE at
 once: the trainer gives their indices to other workers. Nothing here writes to Redis: the
-pipeline's name, lease and checkpoints stay its holder's.
+pipeline's name, lease and checkpoints stay its holder's. A call whose start asks for a
+data channel gets the offer once its engine is built (``data_port.py``); once attached,
+each batch goes as its header frame, its bytes on the channel.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service.access import Access
+from conveyor_server.service.data_port import DataPort, DataSink, send_on
 from conveyor_server.service.stream_slots import StreamSlots
 from conveyor_server.store.ids import check_name
 from conveyor_server.store.store import Store
@@ -157,6 +160,8 @@ class ComputeCalls:
         self._draining = draining
         self._address = address
         self._limits = limits
+        #: Where data channels attach; None: the server has no data port.
+        self.data_port: DataPort | None = None
 
     def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         with self._slots.slot():
@@ -169,14 +174,24 @@ class ComputeCalls:
         engine = self._engine(name, start.checkpoint)
         peer = context.peer()
         sent = [0]
+        sink: DataSink | None = None
         try:
             asked = Asked(engine.start_batches)
             RequestReader(requests, asked, name).start()
             log.info("computing batches of %s for %s from batch %d", name, peer,
                      engine.start_batches,
                      extra={"pipeline": name, "peer": peer, "batches": engine.start_batches})
-            yield from self._send(engine, asked, context, sent)
+            if start.data_channel and self.data_port is not None:
+                sink = yield from self.data_port.offer(context,
+                                                       service_pb2.ComputeBatchesResponse)
+                if sink is not None:
+                    context.add_callback(sink.abort)  # a send blocked on it ends
+                elif not context.is_active():
+                    return
+            yield from self._send(engine, asked, context, sent, sink)
         finally:
+            if sink is not None:
+                sink.close()
             engine.close()
             log.info("computed %d batches of %s for %s", sent[0], name, peer,
                      extra={"pipeline": name, "peer": peer, "batches": sent[0]})
@@ -223,9 +238,10 @@ class ComputeCalls:
         return self._build(blob)
 
     def _send(self, engine: Pipeline, asked: Asked, context: grpc.ServicerContext,
-              sent: list[int]) -> Iterator[bytes]:
-        """Each asked batch's frames, in the order asked, encoded as gRPC takes them;
-        ``sent[0]`` counts the batches."""
+              sent: list[int], sink: DataSink | None) -> Iterator[bytes]:
+        """Each asked batch's frames, in the order asked, encoded as gRPC takes them (with
+        ``sink``: its header frame, its bytes on the sink); ``sent[0]`` counts the
+        batches."""
         while context.is_active():
             self._check(asked)
             taken = asked.take(POLL_S)
@@ -245,7 +261,10 @@ class ComputeCalls:
             batch, release = engine.run_staged()
             try:  # a GPU batch's frames are encoded from its output-ring slot
                 if not asked.drop(index):
-                    yield from encode_frames(index, batch, FRAME_BYTES)
+                    if sink is not None:
+                        yield from send_on(sink, index, batch)
+                    else:
+                        yield from encode_frames(index, batch, FRAME_BYTES)
                     sent[0] += 1
             finally:
                 del batch

@@ -120,6 +120,8 @@ class Runtime:
         self.stopped.set()
         self.fleet.stop()
         self.server.stop(0)
+        if self.service.streams.data_port is not None:
+            self.service.streams.data_port.close()
         for hosted in self.service.pipelines.all():
             hosted.close()
         self.service.workers.shutdown(wait=False, cancel_futures=True)

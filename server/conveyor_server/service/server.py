@@ -8,7 +8,9 @@ loopback-only mode of ``identity.py``), the standard health service and, when
 the health servicer. ``serve_health`` serves that health servicer alone on a plaintext
 port, for probes that cannot speak TLS. With spec bounds in ``limits``, the server reads no
 request larger than they allow (a Restore with the largest checkpoint and spec); gRPC
-refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
+refuses a larger one with RESOURCE_EXHAUSTED before it is parsed. With ``data_port``
+settings it also listens on the data port (``data_port.py``; TLS with ``certificates``,
+the files of ``credentials``), which ``service.streams.data_port`` holds.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from conveyor.channel import (
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.identity.behaviour.measure import Behaviour
 from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, ExternalSources
+from conveyor_server.service.data_port import DataPort, DataPortSettings
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.interceptors import Authentication, RpcMetrics
@@ -40,6 +43,7 @@ from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
 from conveyor_server.service.stream_slots import FIRST_MESSAGE_S, StreamSlots
+from conveyor_server.service.tls import CertificateFiles
 from conveyor_server.store.store import Store
 
 
@@ -55,7 +59,11 @@ def create_server(
     kill_points: KillPoints = NO_KILL_POINTS,
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
     external_sources: ExternalSources = NONE_REGISTERED,
+    data_port: DataPortSettings | None = None, certificates: CertificateFiles | None = None,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
+    if data_port is not None and credentials is not None and certificates is None:
+        raise ValueError("create_server: a TLS server's data port needs its certificate "
+                         "files (certificates), or it would serve batches in plaintext")
     slots = StreamSlots(max_streams, first_message_s)
     authenticator = authenticator or Authenticator()
     interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer),
@@ -87,6 +95,9 @@ def create_server(
                               worker_threads=worker_threads, kill_points=kill_points,
                               external_sources=external_sources)
     service.access.authenticator = authenticator
+    if data_port is not None:
+        port_of_data = DataPort(data_port, certificates)
+        service.streams.data_port = service.compute.data_port = port_of_data
     server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -26,6 +26,7 @@ from conveyor.v1 import service_pb2
 from conveyor.wire import encode_frames
 from conveyor_server.engine.pipeline import Batch, Pipeline
 from conveyor_server.service.checkpoints import CheckpointWriter
+from conveyor_server.service.data_port import DataPort, DataSink, send_on
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream_slots import StreamSlots, first_request
@@ -52,6 +53,8 @@ class BatchStreams:
         #: Refuses a caller that may not stream the named pipeline (set by the servicer).
         self.authorize: Callable[[grpc.ServicerContext, str], object] = \
             lambda context, name: None
+        #: Where data channels attach; None: the server has no data port.
+        self.data_port: DataPort | None = None
 
     def serve(self, requests: Requests, context: grpc.ServicerContext) -> Iterator[bytes]:
         with self.slots.slot():
@@ -69,8 +72,17 @@ class BatchStreams:
         acks = AckReader(requests, hosted, token, context)
         acks.start()
         fields: dict[str, object] = {"pipeline": hosted.name, "peer": peer}
+        sink: DataSink | None = None
         try:
-            yield from self._send(hosted, context, token, acks)
+            if first.data_channel and self.data_port is not None:
+                sink = yield from self.data_port.offer(context,
+                                                       service_pb2.StreamBatchesResponse)
+                if sink is not None:
+                    context.add_callback(sink.abort)  # a send blocked on it ends
+                    fields["data_channel"] = True
+                elif not context.is_active():
+                    return
+            yield from self._send(hosted, context, token, acks, sink)
         except ConveyorError as exc:
             fields["error"] = f"{exc.code}: {exc.message}"
             raise
@@ -78,6 +90,8 @@ class BatchStreams:
             fields["error"] = f"INTERNAL: {type(exc).__name__}: {exc}"
             raise
         finally:
+            if sink is not None:
+                sink.close()
             hosted.detach(token)
             self._observer.stream_closed()
             fields["batches"] = hosted.sent
@@ -85,9 +99,9 @@ class BatchStreams:
                      fields.get("error", "the client went away"), extra=fields)
 
     def _send(self, hosted: HostedPipeline, context: grpc.ServicerContext,
-              token: int, acks: AckReader) -> Iterator[bytes]:
+              token: int, acks: AckReader, sink: DataSink | None) -> Iterator[bytes]:
         """The frames of each batch, for as long as the client listens and no newer stream
-        took over."""
+        took over; with ``sink``, each batch's header frame, then its bytes on the sink."""
         try:
             while context.is_active():
                 started = time.perf_counter()
@@ -100,9 +114,12 @@ class BatchStreams:
                 self._observer.batch_waited(waited)
                 size = 0
                 try:  # a GPU batch's frames are encoded from its output-ring slot
-                    for frame in encode_frames(index, batch):
-                        size += len(frame)
-                        yield frame
+                    if sink is not None:
+                        size = yield from send_on(sink, index, batch)
+                    else:
+                        for frame in encode_frames(index, batch):
+                            size += len(frame)
+                            yield frame
                 finally:
                     del batch
                     release()

@@ -74,6 +74,11 @@ class CertificateFiles:
     def _signature(self) -> Signature:
         return tuple(_stat(path) for path in self.files.values())
 
+    def signature(self) -> Signature:
+        """The files' metadata now: another value means a file changed (the data port
+        makes its own TLS context again then, ``data_port.py``)."""
+        return self._signature()
+
     def _read(self) -> dict[str, bytes]:
         out = {}
         for key, path in self.files.items():
