@@ -33,6 +33,9 @@ def redis_proc() -> Iterator[RedisProcess]:
     try:
         yield proc
     finally:
+        # The test is over and its servers are stopped (their fixtures end first): none of
+        # its data is read again, so SIGKILL rather than a shutdown that saves it (~0.1 s).
+        proc.kill()
         proc.cleanup()
 
 
