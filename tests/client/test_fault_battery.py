@@ -112,7 +112,8 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
                 got.append(batch_bytes(pipe.run()))
             assert pipe.failovers == point + 1 and pipe.via == target.address
             if kind.startswith("restore."):
-                assert dying.proc is not None and dying.proc.wait(10) == -9
+                assert dying is not None and dying.proc is not None \
+                    and dying.proc.wait(10) == -9
             done[kind] += 1
             current = target
         got += [batch_bytes(pipe.run()) for _ in range(3)]
