@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from conveyor_server.engine.device.devices import cuda_device_count
 from conveyor_server.store.redis_process import RedisProcess
 
 if TYPE_CHECKING:
-    from tests.support.servers import ServerProcess
+    from tests.support.servers import Start
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,6 +33,9 @@ def redis_proc() -> Iterator[RedisProcess]:
     try:
         yield proc
     finally:
+        # The test is over and its servers are stopped (their fixtures end first): none of
+        # its data is read again, so SIGKILL rather than a shutdown that saves it (~0.1 s).
+        proc.kill()
         proc.cleanup()
 
 
@@ -56,25 +59,24 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def start_server(
-    redis_proc: RedisProcess, image_root: Path, tmp_path: Path
-) -> Iterator[Callable[..., ServerProcess]]:
+def start_server(redis_proc: RedisProcess, image_root: Path, tmp_path: Path) -> Iterator[Start]:
     """Start real conveyor-server subprocesses sharing this test's Redis
     (``metrics=True``: serving metrics on a free port, ``server.metrics_url``; ``env``:
-    added environment variables; ``tls``: the client's options for a TLS server)."""
-    from tests.support.servers import ServerProcess
+    added environment variables; ``tls``: the client's options for a TLS server);
+    ``start_server.many(count, ...)`` starts several together (``servers.Start``)."""
+    from tests.support.servers import ServerProcess, Start
 
     started: list[ServerProcess] = []
 
-    def start(*extra: str, roots: list[Path] | None = None, metrics: bool = False,
-              env: dict[str, str] | None = None, tls: Any = None) -> ServerProcess:
+    def make(*extra: str, roots: list[Path] | None = None, metrics: bool = False,
+             env: dict[str, str] | None = None, tls: Any = None) -> ServerProcess:
         server = ServerProcess(redis_proc.url, roots or [image_root], tmp_path, *extra,
                                metrics=metrics, env=env, tls=tls)
-        started.append(server.start())
+        started.append(server)
         return server
 
     try:
-        yield start
+        yield Start(make)
     finally:
         for server in started:
             server.stop()

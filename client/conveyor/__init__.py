@@ -4,30 +4,42 @@ Two layers. The definition contract (``fn``, ``pipeline_def``, ``types``, ``erro
 ``TensorList``, the schemas and the spec) imports no gRPC: a trainer or the engine that only
 defines or runs pipelines in process never loads the transport. The transport (``Client``,
 ``RemotePipeline``, ``Checkpoint``, ``TlsOptions``: client, connection, channel, credentials,
-opening, remote, fan-in, wire) is imported the first time one of its names is used.
+opening, remote, fan-in, wire) is never loaded by the definition contract.
+
+``import conveyor`` itself loads nothing more (no numpy, protobuf or gRPC): each public name
+is imported from its module the first time it is used (``_PUBLIC``). A process that needs
+one module (a parallel external source's worker: ``conveyor.source_closures`` and
+``conveyor.errors``) pays for that module alone.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types as _types
 from typing import TYPE_CHECKING, Any
 
-from conveyor import errors, fn, types
-from conveyor.pipeline_def import pipeline_def
-from conveyor.tensor_list import TensorList
-
 if TYPE_CHECKING:
+    from conveyor import errors, fn, types
     from conveyor.client import Checkpoint, Client, RemotePipeline
     from conveyor.credentials import TlsOptions
+    from conveyor.pipeline_def import pipeline_def
+    from conveyor.tensor_list import TensorList
 
 __version__ = "0.1.0"
 
-#: The transport's public names -> the module that defines each, imported on first use.
-_TRANSPORT = {
+#: Each public name -> the module that defines it (a module name alone: the name is that
+#: submodule), imported the first time the name is used.
+_PUBLIC = {
     "Checkpoint": "conveyor.client",
     "Client": "conveyor.client",
     "RemotePipeline": "conveyor.client",
+    "TensorList": "conveyor.tensor_list",
     "TlsOptions": "conveyor.credentials",
+    "errors": "",
+    "fn": "",
+    "pipeline_def": "conveyor.pipeline_def",
+    "types": "",
 }
 
 __all__ = [
@@ -37,13 +49,32 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _TRANSPORT.get(name)
+    module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    if module:
+        value = getattr(importlib.import_module(module), name)
+    else:
+        value = importlib.import_module(f"{__name__}.{name}")
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_TRANSPORT))
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+class _Package(_types.ModuleType):
+    """``conveyor.pipeline_def`` is the decorator, although a module of that name exists:
+    the import system binds each submodule it loads to its package's attribute of the same
+    name, which would hide the decorator (``__getattr__`` is asked only for names the
+    package lacks) once anything imports ``conveyor.pipeline_def`` before the name is used."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, _types.ModuleType) and _PUBLIC.get(name, "").endswith(
+                f".{name}"):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -44,7 +44,7 @@ def received(record: Path, world: int) -> tuple[int, list[list[list[int]]]]:
 def test_the_ddp_example_resumes_with_another_world_size(start_server: Start,
                                                          image_root: Path,
                                                          tmp_path: Path) -> None:
-    a, b = start_server(), start_server()
+    a, b = start_server.many(2)
     common = ["--servers", f"{a.address},{b.address}", "--data", str(image_root / "imgs"),
               "--job", "ddp", "--save-every", "4", "--state", str(tmp_path / "state.pt")]
     torchrun(2, *common, "--steps", "5", "--record", str(tmp_path / "two"))

@@ -7,6 +7,7 @@ clearly, so no loader state from a worker is ever saved."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from conveyor.errors import FailedPrecondition
 from conveyor.torch import ConveyorDataset
 from conveyor_server.demo.run import rotate_pipeline
+from tests.support.loaders import first_batch_error
 from tests.support.resume import reference
 from tests.support.servers import Start
 from tests.support.stateful_loader_child import batch_record
@@ -113,7 +115,7 @@ def test_a_jobs_rank_resumes_through_the_loader_in_a_fresh_process(
 @pytest.mark.parametrize("workers", [1, 2])
 def test_worker_processes_are_refused_clearly(image_root: Path, workers: int) -> None:
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
-    loader = StatefulDataLoader(ConveyorDataset("127.0.0.1:1", "mine", spec),
-                                batch_size=None, num_workers=workers)
-    with pytest.raises(FailedPrecondition, match="num_workers=0"):
-        next(iter(loader))
+    raised = first_batch_error(lambda: StatefulDataLoader(
+        ConveyorDataset("127.0.0.1:1", "mine", spec), batch_size=None, num_workers=workers))
+    assert isinstance(raised, FailedPrecondition), repr(raised)
+    assert re.search("num_workers=0", str(raised)), raised

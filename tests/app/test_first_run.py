@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.demo.sample_data import make_image_folder
@@ -32,7 +34,9 @@ def test_server_without_redis_url_runs_a_private_persistent_redis(tmp_path: Path
         first.stop()
     assert first.proc is not None and first.proc.returncode == 0, first.log()
     socket_path = state / "redis" / "redis.sock"
-    probe = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1)
+    # One attempt: redis-py's default retries a refused connection with backoff (~4 s).
+    probe = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1,
+                        retry=Retry(NoBackoff(), 0))
     try:
         probe.ping()
         raise AssertionError("the private redis-server outlived its conveyor-server")

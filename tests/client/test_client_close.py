@@ -116,14 +116,19 @@ CASES = [
 def test_a_trainer_process_exits_whatever_became_of_its_server(
         start_server: Start, redis_proc: RedisProcess, image_root: Path,
         frozen: list[ServerProcess], way: str, fate: str, redis_fate: str) -> None:
-    # A drain waits its grace for the trainer's open stream, which nobody reads: how long
-    # is not what these cases check, so a drained server has 1 s of it rather than 10.
-    server = start_server(*(("--grace", "1") if fate == "drained" else ()))
+    # The trainer imports what it uses (torch) while the server starts, then reads the
+    # server's address.
     trainer = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.close_child", way, server.address,
-         str(image_root / "imgs")], cwd=ROOT, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "tests.support.close_child", way, str(image_root / "imgs")],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
     try:
+        # A drain waits its grace for the trainer's open stream, which nobody reads: how
+        # long is not what these cases check, so a drained server has 1 s of it, not 10.
+        server = start_server(*(("--grace", "1") if fate == "drained" else ()))
+        assert trainer.stdin is not None
+        trainer.stdin.write(server.address + "\n")
+        trainer.stdin.flush()
         took = read_line(trainer, 120)
         assert took == "took 4", took + trainer.communicate(timeout=30)[1][-3000:]
         befall(server, fate, frozen)
@@ -192,7 +197,9 @@ def test_close_returns_at_once_and_leaves_no_thread_or_socket_behind(
         fate: str, closing: str) -> None:
     """``client-only``: ``Client.close()`` ends the streams of the pipelines it handed out
     (their request threads were left waiting forever)."""
-    server = start_server()
+    # A stopped server, woken at the end, drains its grace for the stream the client
+    # closed meanwhile: how long is not what this checks, so it has 1 s of it, not 10.
+    server = start_server(*(("--grace", "1") if fate == "stopped" else ()))
     before = grpc_threads()  # (none, unless an earlier test left some)
     # (wait_serving's health-check channel is closed; gRPC lets its socket go just after)
     assert soon(lambda: not sockets_to(server.port)), sockets_to(server.port)

@@ -58,7 +58,8 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
 
     def fresh(*kill_at: str) -> ServerProcess:
-        return start_server(env={"CONVEYOR_FAULTS_KILL_AT": ",".join(kill_at)})
+        """A server not yet started, carrying ``kill_at``."""
+        return start_server.make(env={"CONVEYOR_FAULTS_KILL_AT": ",".join(kill_at)})
 
     def armed_for(point: int) -> list[str]:
         """What the server taking over at ``point`` must carry for the next point: the
@@ -69,14 +70,29 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
         nth = 2 if plan[point][0].startswith("checkpoint.") else 1
         return [f"{plan[point + 1][0]}:{nth}"]
 
-    current = fresh()
+    def launched(point: int) -> tuple[ServerProcess, ServerProcess | None]:
+        """The servers ``point`` goes to, started while the point before it runs: the one
+        taking over and, at a ``restore.*`` point, the one dying inside that Restore. None
+        is in the client's targets before its point, and the failover asks the targets
+        alone (placement chose a server only for the creation, before any of these)."""
+        kind = plan[point][0]
+        return (fresh(*armed_for(point)).launch(),
+                fresh(kind).launch() if kind.startswith("restore.") else None)
+
+    current = fresh().start()
     done: Counter[str] = Counter()
     with conveyor.Client([current.address], timeout=10) as c:
         pipe = c.create("battery", spec)
         got = [batch_bytes(pipe.run())]
+        servers = [launched(0)]
         for point, (kind, batches) in enumerate(plan):
+            if point + 1 < len(plan):
+                servers.append(launched(point + 1))
+            target, dying = servers[point]
             got += [batch_bytes(pipe.run()) for _ in range(batches)]
-            target = fresh(*armed_for(point))
+            target.ready()
+            if dying is not None:
+                dying.ready()
             if kind == "stream":
                 c.targets = [current.address, target.address]
                 if rng.random() < 0.5:
@@ -88,7 +104,7 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
                 assert stored.batches == len(got) and pipe.via == target.address
                 assert current.proc is not None and current.proc.wait(10) == -9
             else:
-                dying = fresh(kind)
+                assert dying is not None
                 c.targets = [current.address, dying.address, target.address]
                 current.kill()
             # What the killed server had sent may still arrive; then the stream moves.
@@ -96,7 +112,8 @@ def test_kill_9_at_seeded_points_loses_and_repeats_nothing(start_server: Start,
                 got.append(batch_bytes(pipe.run()))
             assert pipe.failovers == point + 1 and pipe.via == target.address
             if kind.startswith("restore."):
-                assert dying.proc is not None and dying.proc.wait(10) == -9
+                assert dying is not None and dying.proc is not None \
+                    and dying.proc.wait(10) == -9
             done[kind] += 1
             current = target
         got += [batch_bytes(pipe.run()) for _ in range(3)]

@@ -27,7 +27,7 @@ def source_env(**more: str) -> dict[str, str]:
 
 
 def fleet(start_server: Start, count: int, **kw: Any) -> list[ServerProcess]:
-    return [start_server(env=source_env(), **kw) for _ in range(count)]
+    return start_server.many(count, env=source_env(), **kw)
 
 
 def rotating(image_root: Path) -> Any:

@@ -49,8 +49,7 @@ def secured(start_server: Start, tmp_path: Path) -> list[ServerProcess]:
     (tmp_path / "tokens.yaml").write_text(yaml.safe_dump(TOKENS))
     (tmp_path / "server.yaml").write_text(yaml.safe_dump(
         {"auth": {"tokens_file": str(tmp_path / "tokens.yaml")}}))
-    return [start_server("--host", "0.0.0.0", "--config", str(tmp_path / "server.yaml"))
-            for _ in range(2)]
+    return start_server.many(2, "--host", "0.0.0.0", "--config", str(tmp_path / "server.yaml"))
 
 
 def as_(identity: str, servers: list[ServerProcess]) -> conveyor.Client:

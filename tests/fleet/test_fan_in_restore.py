@@ -7,14 +7,16 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor import errors
-from tests.fleet.support import fleet, rotating, trainer
+from conveyor_server.store.redis_process import RedisProcess
+from tests.fleet.support import fleet, rotating, source_env, trainer
 from tests.support.resume import batch_bytes, reference
-from tests.support.servers import Start
+from tests.support.servers import ServerProcess, Start
 
 
 def test_a_checkpoint_taken_with_two_workers_restores_with_three_and_with_one(
@@ -84,10 +86,26 @@ def test_close_ends_a_blocked_run_at_once_with_a_stopped_worker(
             server.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
 
 
+@pytest.fixture(scope="module")
+def refusing(image_root: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[ServerProcess]:
+    """One server (and its Redis) for the refusals below: each creates nothing on it, and
+    checks so."""
+    redis = RedisProcess(appendonly=True)
+    redis.start()
+    server = ServerProcess(redis.url, [image_root], tmp_path_factory.mktemp("refusing"),
+                           env=source_env())
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        redis.cleanup()
+
+
 @pytest.mark.parametrize("workers", [0, -1, "all", 2.5, True])
-def test_a_wrong_workers_value_is_refused_naming_it(start_server: Start, image_root: Path,
-                                                     workers: object) -> None:
-    (server,) = fleet(start_server, 1)
+def test_a_wrong_workers_value_is_refused_naming_it(refusing: ServerProcess,
+                                                     image_root: Path, workers: object) -> None:
+    server = refusing
     with trainer(server) as c, pytest.raises(errors.InvalidArgument, match="workers: got"):
         c.open("wrong", rotating(image_root), workers=workers)  # type: ignore[arg-type]
     with trainer(server) as c:

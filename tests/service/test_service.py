@@ -80,11 +80,12 @@ def test_kill_9_mid_stream_then_restore_on_another_server_is_exact(
     total = 16
     with Pipeline(spec) as local:
         uninterrupted = run_batches(local, total)
-    b = start_server()
-    for n, (every, crash_at) in enumerate(crash_points()):
+    points = crash_points()
+    # B, and the server A killed at each point, started together (each A serves one point).
+    b, *killed = start_server.many(1 + len(points))
+    for n, ((every, crash_at), a) in enumerate(zip(points, killed, strict=True)):
         label = f"checkpoint every {every}, crash after {crash_at} (seed {CRASH_SEED})"
         name = f"crash{n}-{every}-{crash_at}"
-        a = start_server()
         with client(a) as ca, client(b) as cb:
             pipe = ca.create(name, spec)
             received, last = [], None

@@ -15,7 +15,7 @@ from typing import Any
 
 import conveyor
 from conveyor_server import Pipeline
-from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.demo.pipelines import rotate_pipeline
 
 
 def caller(name: str, spec: Any) -> Callable[[Any], object]:

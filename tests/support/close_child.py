@@ -2,10 +2,12 @@
 says so, waits for the test to do something to the server (drain it, stop it, kill it, stop
 Redis), then ends its use of the client one way or another and exits.
 
-``python -m tests.support.close_child WAY SERVERS IMAGE_DIR``; it prints ``took N`` once it holds
-its batches, reads one line from stdin (the test's "go on"), ends its use of the client,
-prints ``ended`` and returns from ``main`` (the interpreter then exits, running whatever
-finalisers are left).
+``python -m tests.support.close_child WAY IMAGE_DIR``; it imports what WAY uses (torch, gRPC),
+then reads the servers (``host:port,...``) from its first line of stdin: the test starts the
+server while the trainer imports. It prints ``took N`` once it holds its batches, reads
+another line from stdin (the test's "go on"), ends its use of the client, prints ``ended``
+and returns from ``main`` (the interpreter then exits, running whatever finalisers are
+left).
 
 WAY, how the client's use ends:
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import importlib
 import itertools
 import signal
 import sys
@@ -40,7 +43,7 @@ from typing import Any
 
 import conveyor
 from conveyor.v1 import service_pb2
-from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.demo.pipelines import rotate_pipeline
 from tests.support.lock_held_at_exit import hold_after_the_exit_hooks
 
 BATCHES = 4
@@ -119,11 +122,14 @@ HOLD_AT_EXIT: list[Any] = []
 def main(argv: list[str]) -> None:
     # A trainer that does not exit is asked (SIGUSR1) where each of its threads stands.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    way, servers, image_dir = argv
+    way, image_dir = argv
     if way == "loader-exit-held":
         hold_after_the_exit_hooks(HOLD_AT_EXIT)
-    addresses = servers.split(",")
-    if way.startswith(("loader", "dataset", "generator")):
+    with_torch = way.startswith(("loader", "dataset", "generator"))
+    # What the way uses, imported before the servers are known (the test starts them now).
+    importlib.import_module("torchdata.stateful_dataloader" if with_torch else "conveyor.client")
+    addresses = sys.stdin.readline().strip().split(",")
+    if with_torch:
         KEPT.append(with_loader(addresses, image_dir, way))
     else:
         KEPT.append(with_client(addresses, image_dir, way))

@@ -1,15 +1,14 @@
 """A generated stand-in for the folders of DALI_extra (DALI's test data repository) that
-DALI's own checkpointing tests read: the same paths, filled by the project's generators."""
+DALI's own checkpointing tests read: the same paths, filled by the project's generators.
+
+The generators (OpenCV, LMDB) are imported where they are used: a parallel external
+source's worker process imports the test module that defines its source, and with it this
+one, and needs none of them."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-
-from tests.support.images import make_image_folder
-from tests.support.lmdb_data import make_caffe, make_caffe2
-from tests.support.reader_data import make_npy_folder, make_shards, write_index
-from tests.support.record_data import write_coco, write_tfrecords
 
 #: Images per class folder under ``db/single/jpeg`` (47 in all: an odd count, so padded and
 #: unpadded shards differ; enough for DALI's largest case, 5 shards of batches of 4 that stop
@@ -25,6 +24,11 @@ COCO_IMAGES = 45        # 5 shards of batches of 6, 2 batches in; 3 padded shard
 
 def make_dali_extra(root: Path) -> Path:
     """Write the data sets under ``root`` at DALI_extra's paths; ``root``."""
+    from tests.support.images import make_image_folder
+    from tests.support.lmdb_data import make_caffe, make_caffe2
+    from tests.support.reader_data import make_npy_folder, make_shards
+    from tests.support.record_data import write_coco, write_tfrecords
+
     db = root / "db"
     jpeg = db / "single" / "jpeg"
     make_image_folder(jpeg, counts=tuple(JPEG_CLASSES.values()))
@@ -50,6 +54,8 @@ def make_dali_extra(root: Path) -> Path:
 def generate_temp_index_file(tar_file_path: str) -> tempfile._TemporaryFileWrapper[str]:
     """A webdataset index of ``tar_file_path`` in a temporary file (removed when closed or
     collected), as DALI's test helper of the same name gives."""
+    from tests.support.reader_data import write_index
+
     index = tempfile.NamedTemporaryFile("w", suffix=".idx")  # noqa: SIM115
     write_index(Path(tar_file_path), Path(index.name))
     return index

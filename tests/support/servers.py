@@ -15,8 +15,9 @@ from conveyor.channel import wait_serving
 from conveyor.credentials import TlsOptions
 from conveyor.errors import Unavailable
 from conveyor_server.demo.launch import (
+    launch_server,
+    listening_address,
     read_metrics_address,
-    spawn_server,
     stop_server,
 )
 
@@ -50,6 +51,11 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> ServerProcess:
+        """Start the process and return once it serves."""
+        return self.launch().ready()
+
+    def launch(self) -> ServerProcess:
+        """Start the process and return at once (``ready`` waits until it serves)."""
         args = ["--host", "127.0.0.1", "--port", "0", "--log-level", "INFO", *self.extra]
         if self.metrics:
             args += ["--metrics-listen", "127.0.0.1:0"]
@@ -62,14 +68,19 @@ class ServerProcess:
                             "CONVEYOR_LOG_FORMAT")}
         env.update(self.env)
         with self.log_path.open("a") as log:
-            try:
-                self.proc, address = spawn_server(args, stderr=log, env=env,
-                                                  timeout=START_TIMEOUT)
-                if self.metrics:
-                    metrics = read_metrics_address(self.proc, START_TIMEOUT)
-                    self.metrics_port = int(metrics.rsplit(":", 1)[1])
-            except Unavailable as exc:
-                raise RuntimeError(f"{exc.message}\n{self.log()}") from None
+            self.proc = launch_server(args, stderr=log, env=env)
+        return self
+
+    def ready(self) -> ServerProcess:
+        """Wait until the launched process listens (and serves its metrics) and serves."""
+        assert self.proc is not None, "launch() first"
+        try:
+            address = listening_address(self.proc, START_TIMEOUT)
+            if self.metrics:
+                metrics = read_metrics_address(self.proc, START_TIMEOUT)
+                self.metrics_port = int(metrics.rsplit(":", 1)[1])
+        except Unavailable as exc:
+            raise RuntimeError(f"{exc.message}\n{self.log()}") from None
         self.port = int(address.rsplit(":", 1)[1])
         wait_serving(self.address, START_TIMEOUT, tls=self.tls)
         return self
@@ -95,8 +106,22 @@ class ServerProcess:
             stop_server(self.proc)
 
 
-#: What the ``start_server`` fixture is: start a real server (keyword options) and return it.
-Start = Callable[..., ServerProcess]
+class Start:
+    """What the ``start_server`` fixture is. ``start_server(*extra, **options)`` starts a real
+    server and returns it once it serves; ``start_server.many(count, *extra, **options)``
+    starts ``count`` alike together (their interpreters start and import at the same time)
+    and returns them once each serves. ``make(*extra, **options)`` makes an unstarted
+    ``ServerProcess`` that the fixture stops at the end."""
+
+    def __init__(self, make: Callable[..., ServerProcess]) -> None:
+        self.make = make
+
+    def __call__(self, *extra: str, **options: Any) -> ServerProcess:
+        return self.make(*extra, **options).start()
+
+    def many(self, count: int, *extra: str, **options: Any) -> list[ServerProcess]:
+        servers = [self.make(*extra, **options).launch() for _ in range(count)]
+        return [server.ready() for server in servers]
 #: Every call's deadline in the service tests, in seconds.
 DEADLINE = 20.0
 

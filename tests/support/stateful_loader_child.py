@@ -17,7 +17,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from conveyor.torch import ConveyorDataset
-from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.demo.pipelines import rotate_pipeline
 
 
 def batch_record(batch: tuple[Any, ...]) -> list[list[list[Any]]]:

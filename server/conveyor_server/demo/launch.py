@@ -21,16 +21,28 @@ def spawn_server(
     """Run ``python -m conveyor_server.app.main ARGS`` (use ``--port 0`` for a free port) and
     read the line it prints once listening. Returns the process and "127.0.0.1:PORT".
     On failure the process is gone and ``Unavailable`` says what it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "conveyor_server.app.main", *args],
+    proc = launch_server(args, stderr=stderr, env=env)
+    return proc, listening_address(proc, timeout)
+
+
+def launch_server(args: Sequence[str], *, stderr: IO[str] | int | None = None,
+                  env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """``spawn_server``'s first half: start the process and return at once (several servers
+    started together import at the same time); ``listening_address`` waits for it."""
+    return subprocess.Popen([sys.executable, "-m", "conveyor_server.app.main", *args],
                             stdout=subprocess.PIPE, stderr=stderr, text=True,
                             stdin=subprocess.DEVNULL, env=env)
+
+
+def listening_address(proc: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """``spawn_server``'s second half: "127.0.0.1:PORT" once ``proc`` says it listens. On
+    failure the process is gone and ``Unavailable`` says what it printed."""
     line = _read_line(proc, timeout)
     if "listening on" not in line:
         _kill(proc)
         raise Unavailable(f"conveyor-server did not start within {timeout:.0f}s: "
                           f"{line.strip() or 'no output'}")
-    address = "127.0.0.1:" + line.split()[3].rsplit(":", 1)[1]
-    return proc, address
+    return "127.0.0.1:" + line.split()[3].rsplit(":", 1)[1]
 
 
 def read_metrics_address(proc: subprocess.Popen[str], timeout: float = 10.0) -> str:

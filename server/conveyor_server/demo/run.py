@@ -22,29 +22,18 @@ import cv2
 import numpy as np
 
 import conveyor
-from conveyor import fn, pipeline_def, types
 from conveyor.channel import wait_serving
 from conveyor.errors import ConveyorError, Unavailable
 from conveyor_server.demo.launch import spawn_server, stop_server
+from conveyor_server.demo.pipelines import rotate_pipeline
 from conveyor_server.demo.sample_data import make_image_folder
 from conveyor_server.store.redis_process import RedisProcess, find_redis_server
 
-BATCH_SIZE = 8
 WARMUP = 3
 
 
 class DemoError(Exception):
     pass
-
-
-@pipeline_def(batch_size=BATCH_SIZE, num_threads=2, device_id=0, enable_checkpointing=True,
-              seed=12)
-def rotate_pipeline(image_dir: str) -> Any:
-    jpegs, labels = fn.readers.file(file_root=image_dir, random_shuffle=True, name="image_reader")
-    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-    angles = fn.random.uniform(range=(-30.0, 30.0))
-    rotated = fn.rotate(images, angle=angles, fill_value=0)
-    return rotated, labels, angles
 
 
 def start_server(label: str, port: int, redis_url: str, data_root: Path,
