@@ -47,7 +47,7 @@ from conveyor.channel import (
     host_port,
 )
 from conveyor.credentials import TlsOptions, open_channel
-from conveyor.data_channel import DataSocket, Dialer, Unreachable
+from conveyor.data_channel import Attempt, DataSocket, Dialer, Unreachable
 from conveyor.v1 import service_pb2, service_pb2_grpc
 from conveyor.wire import parse_offer
 
@@ -107,18 +107,20 @@ class Connection:
     def wants_data_channel(self) -> bool:
         return not self.data_channel_off
 
-    def attach(self, call: Any) -> tuple[Iterator[bytes], DataSocket | None] | None:
+    def attach(self, call: Any, attempt: Attempt | None = None
+               ) -> tuple[Iterator[bytes], DataSocket | None] | None:
         """For a batch call that asked for a data channel: its frames (the first one read
         ahead) and its channel, attached as the call's offer says (None: the server made
         no offer, and the frames carry the bytes). None when the offered channel cannot be
         attached: the channel is then off for this server, said once in the log, and the
-        call must be made again without it."""
+        call must be made again without it. ``attempt``: lets the caller's close abort an
+        attach under way (``Unavailable``)."""
         first = next(call, None)
         offer = parse_offer(first) if first is not None else None
         if offer is None:  # ended, or a server without a data port
             return itertools.chain([first] if first is not None else [], call), None
         try:
-            return call, self._dialer.attach(offer)
+            return call, self._dialer.attach(offer, attempt)
         except Unreachable as exc:
             if not self.data_channel_off:
                 self.data_channel_off = str(exc)

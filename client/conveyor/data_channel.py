@@ -53,6 +53,39 @@ class Unreachable(Exception):
     """The offered channel could not be attached; the message says why."""
 
 
+class Attempt:
+    """One attach under way, which another thread may abort (its stream or fan-in being
+    closed): the socket it holds is shut down, a read or handshake blocked on it ends, and
+    ``Dialer.attach`` raises ``Unavailable``. Without it, a server that stopped between its
+    offer and its answer would hold the closing caller for the whole connect time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._aborted = False
+
+    def hold(self, sock: socket.socket, where: str) -> None:
+        """The socket the attach uses now; ``Unavailable`` if it was aborted already."""
+        with self._lock:
+            self.check(where)
+            self._sock = sock
+
+    def check(self, where: str) -> None:
+        """``Unavailable`` if the attempt was aborted."""
+        if self._aborted:
+            raise Unavailable(f"the data channel at {where} was not attached: its call is "
+                              "being closed")
+
+    def abort(self) -> None:
+        """Any thread; at most once useful, harmless after the attach."""
+        with self._lock:
+            self._aborted = True
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 class DataSocket:
     """The receiving end of an attached channel.
 
@@ -148,9 +181,12 @@ class Dialer:
             self._context = context
         return self._context
 
-    def attach(self, offer: service_pb2.DataChannelOffer) -> DataSocket:
+    def attach(self, offer: service_pb2.DataChannelOffer,
+               attempt: Attempt | None = None) -> DataSocket:
         """Connect to the offered port, present the ticket and wait for the server's
-        answer; ``Unreachable`` saying why when any of it fails."""
+        answer; ``Unreachable`` saying why when any of it fails, ``Unavailable`` when
+        ``attempt`` was aborted meanwhile."""
+        attempt = attempt or Attempt()
         if len(offer.ticket) != TICKET_BYTES or not 0 < offer.port < 65536:
             raise Unreachable(f"the server offered a malformed data channel (port "
                               f"{offer.port}, a ticket of {len(offer.ticket)} bytes)")
@@ -159,21 +195,25 @@ class Dialer:
         sock: socket.socket | None = None
         try:
             sock = socket.create_connection((self.host, offer.port), timeout=within)
+            attempt.hold(sock, where)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self._tls is not None:
                 name = expected_name(self._tls, self.address, self._targets) or self.host
                 sock = self._ssl(self._tls).wrap_socket(sock, server_hostname=name)
+                attempt.hold(sock, where)
             sock.sendall(HELLO + offer.ticket)
             answer = _recv_exactly(sock, len(READY))
+            attempt.check(where)  # (aborted while it waited: the answer was cut short)
             if answer != READY:
                 raise Unreachable(f"the data port {where} refused the ticket (answered "
                                   f"{answer!r})")
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             if sock is not None:
                 sock.close()
+            attempt.check(where)  # aborted: not the port's fault
             raise Unreachable(f"cannot attach the data channel at {where}: {exc}") from None
-        except Unreachable:
+        except (Unreachable, Unavailable):
             if sock is not None:
                 sock.close()
             raise

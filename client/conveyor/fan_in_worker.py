@@ -22,7 +22,7 @@ import numpy as np
 
 from conveyor import errors
 from conveyor.connection import error_of
-from conveyor.data_channel import DataSocket
+from conveyor.data_channel import Attempt, DataSocket
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
 from conveyor.wire import BatchAssembler
@@ -71,6 +71,8 @@ class Worker:
             queue.SimpleQueue()
         self._call: grpc.Call | None = None
         self._data: DataSocket | None = None
+        #: Its data channel's attach, which ``stop`` aborts.
+        self._attempt = Attempt()
         self._start: service_pb2.ComputeStart | None = None
         #: Held while a request is queued with the change it makes to ``outstanding``, so
         #: that a call started again asks exactly what is outstanding.
@@ -122,6 +124,7 @@ class Worker:
             call, data = self._call, self._data
         if call is not None:
             call.cancel()
+        self._attempt.abort()
         if data is not None:
             data.abort()
 
@@ -132,7 +135,7 @@ class Worker:
         if not self._start.data_channel:
             return self._call
         connection = self.fan.client.connection(self.address)
-        attached = connection.attach(self._call)
+        attached = connection.attach(self._call, self._attempt)
         if attached is not None:
             frames, self._data = attached
             return frames

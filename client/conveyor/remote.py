@@ -40,7 +40,7 @@ from conveyor import errors
 from conveyor.acknowledgements import ACK_FLUSH_S, Acknowledgements
 from conveyor.allocator import tune_client_process
 from conveyor.connection import error_of, on_grpc_thread
-from conveyor.data_channel import DataSocket
+from conveyor.data_channel import Attempt, DataSocket
 from conveyor.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
@@ -138,6 +138,8 @@ class RemotePipeline:
         #: The stream's frames (its call, after a first frame read ahead) and data channel.
         self._frames: Iterator[bytes] | None = None
         self._data: DataSocket | None = None
+        #: The data channel's attach under way, which ``close`` aborts.
+        self._attempt: Attempt | None = None
         self._lock = threading.RLock()
         #: Set while ``close()`` ends the stream under a ``run()`` blocked on another thread.
         self._closing = threading.Event()
@@ -165,7 +167,8 @@ class RemotePipeline:
         self._frames = self._responses
         if not want:
             return
-        attached = conn.attach(self._responses)
+        self._attempt = Attempt()
+        attached = conn.attach(self._responses, self._attempt)
         if attached is None:  # unreachable: the same stream again, in frames alone
             self._close_stream()
             self._open()
@@ -187,7 +190,7 @@ class RemotePipeline:
             self._responses.cancel()
         if self._data is not None:
             self._data.close()
-        self._acks = self._responses = self._frames = self._data = None
+        self._acks = self._responses = self._frames = self._data = self._attempt = None
 
     def build(self) -> None:
         """DALI's ``Pipeline.build()``: nothing to do, the server built the pipeline when it
@@ -409,8 +412,11 @@ class RemotePipeline:
         try:
             while not self._lock.acquire(timeout=0.05):
                 responses, data = self._responses, self._data  # (it may be opening one)
+                attempt = self._attempt
                 if responses is not None:
                     responses.cancel()
+                if attempt is not None:
+                    attempt.abort()
                 if data is not None:
                     data.abort()
             try:

@@ -185,7 +185,7 @@ class ComputeCalls:
                 sink = yield from self.data_port.offer(context,
                                                        service_pb2.ComputeBatchesResponse)
                 if sink is not None:
-                    context.add_callback(sink.abort)  # a send blocked on it ends
+                    context.add_callback(sink.call_ended)  # a send blocked on it ends
                 elif not context.is_active():
                     return
             yield from self._send(engine, asked, context, sent, sink)
@@ -262,7 +262,8 @@ class ComputeCalls:
             try:  # a GPU batch's frames are encoded from its output-ring slot
                 if not asked.drop(index):
                     if sink is not None:
-                        yield from send_on(sink, index, batch)
+                        if (yield from send_on(sink, index, batch)) is None:
+                            return  # the call ended under the batch's bytes
                     else:
                         yield from encode_frames(index, batch, FRAME_BYTES)
                     sent[0] += 1

@@ -47,6 +47,11 @@ log = logging.getLogger("conveyor.server")
 TICK_S = 0.1
 #: Pieces handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024).
 MAX_IOV = 512
+#: How long a send that found its channel broken waits for its call's end before it says
+#: UNAVAILABLE (seconds). A caller that closes cancels its call first and one whose channel
+#: broke cancels it at once, so the wait is short; whichever way it ends is the call's
+#: status (a close is CANCELLED, not UNAVAILABLE, in the metrics and the logs).
+CALL_END_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,18 @@ class DataSink:
         self.peer = peer
         self._lock = threading.Lock()
         self._closed = False
+        self._call_ended = threading.Event()
 
-    def send(self, pieces: list[memoryview]) -> None:
-        """Write ``pieces`` in order, with no copy of them; ``Unavailable`` when the
-        channel broke (the caller went away, or the call ended and ``abort`` ran)."""
+    def call_ended(self) -> None:
+        """The call ended (its termination callback): a send blocked on the channel ends,
+        and a broken channel is the call's end, not an error. Any thread."""
+        self._call_ended.set()
+        self.abort()
+
+    def send(self, pieces: list[memoryview]) -> bool:
+        """Write ``pieces`` in order, with no copy of them. False when the call ended (the
+        caller cancelled or went away: its send loop stops); ``Unavailable`` when the
+        channel broke under a call that goes on (``CALL_END_WAIT_S``)."""
         try:
             if self._tls:
                 for piece in pieces:
@@ -79,7 +92,10 @@ class DataSink:
             else:
                 self._send_plain(list(pieces))
         except OSError as exc:
+            if self._call_ended.wait(CALL_END_WAIT_S):
+                return False
             raise Unavailable(f"the data channel to {self.peer} broke: {exc}") from None
+        return True
 
     def _send_plain(self, views: list[memoryview]) -> None:
         first = 0
@@ -110,13 +126,15 @@ class DataSink:
 
 
 def send_on(sink: DataSink, index: int,
-            batch: Sequence[TensorList]) -> Generator[bytes, None, int]:
+            batch: Sequence[TensorList]) -> Generator[bytes, None, int | None]:
     """A batch on a data channel: its header frame (yielded), then its bytes on ``sink``
-    once gRPC took the frame, in the order the client reads them. Returns the bytes."""
+    once gRPC took the frame, in the order the client reads them. Returns the bytes, or
+    None when the call ended first (the batch was not delivered)."""
     header, pieces = batch_header(index, batch)
     frame = header_frame(header)
     yield frame
-    sink.send(pieces)
+    if not sink.send(pieces):
+        return None
     return len(frame) + header.total_bytes
 
 

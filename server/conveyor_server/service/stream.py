@@ -78,7 +78,7 @@ class BatchStreams:
                 sink = yield from self.data_port.offer(context,
                                                        service_pb2.StreamBatchesResponse)
                 if sink is not None:
-                    context.add_callback(sink.abort)  # a send blocked on it ends
+                    context.add_callback(sink.call_ended)  # a send blocked on it ends
                     fields["data_channel"] = True
                 elif not context.is_active():
                     return
@@ -112,17 +112,21 @@ class BatchStreams:
                 samples = len(batch[0]) if batch else 0
                 waited = time.perf_counter() - started
                 self._observer.batch_waited(waited)
-                size = 0
+                size: int | None = 0
                 try:  # a GPU batch's frames are encoded from its output-ring slot
                     if sink is not None:
                         size = yield from send_on(sink, index, batch)
                     else:
+                        framed = 0
                         for frame in encode_frames(index, batch):
-                            size += len(frame)
+                            framed += len(frame)
                             yield frame
+                        size = framed
                 finally:
                     del batch
                     release()
+                if size is None:  # the call ended under the batch's bytes
+                    return
                 hosted.record_sent(token, index + 1)
                 self._observer.batch_streamed(samples, size)
                 self._observer.pipeline_streamed(hosted.name, samples, waited)
