@@ -15,15 +15,13 @@ one module (a parallel external source's worker: ``conveyor.source_closures`` an
 from __future__ import annotations
 
 import importlib
-import sys
-import types as _types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from conveyor import errors, fn, types
     from conveyor.client import Checkpoint, Client, RemotePipeline
     from conveyor.credentials import TlsOptions
-    from conveyor.pipeline_def import pipeline_def
+    from conveyor.pipeline_decorator import pipeline_def
     from conveyor.tensor_list import TensorList
 
 __version__ = "0.1.0"
@@ -38,7 +36,7 @@ _PUBLIC = {
     "TlsOptions": "conveyor.credentials",
     "errors": "",
     "fn": "",
-    "pipeline_def": "conveyor.pipeline_def",
+    "pipeline_def": "conveyor.pipeline_decorator",
     "types": "",
 }
 
@@ -63,18 +61,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC))
 
-
-class _Package(_types.ModuleType):
-    """``conveyor.pipeline_def`` is the decorator, although a module of that name exists:
-    the import system binds each submodule it loads to its package's attribute of the same
-    name, which would hide the decorator (``__getattr__`` is asked only for names the
-    package lacks) once anything imports ``conveyor.pipeline_def`` before the name is used."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, _types.ModuleType) and _PUBLIC.get(name, "").endswith(
-                f".{name}"):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -67,7 +67,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
 PUBLIC = {
     "Checkpoint": "conveyor.client", "Client": "conveyor.client",
     "RemotePipeline": "conveyor.client", "TensorList": "conveyor.tensor_list",
-    "TlsOptions": "conveyor.credentials", "pipeline_def": "conveyor.pipeline_def",
+    "TlsOptions": "conveyor.credentials", "pipeline_def": "conveyor.pipeline_decorator",
     "errors": "conveyor.errors", "fn": "conveyor.fn", "types": "conveyor.types",
 }
 
@@ -98,11 +98,11 @@ def test_every_public_name_resolves_to_its_modules_object_in_a_fresh_interpreter
 
 
 def test_pipeline_def_stays_the_decorator_after_its_module_is_imported_first() -> None:
-    """The import system binds a loaded submodule to its package's attribute of the same
-    name: ``conveyor.pipeline_def`` must stay the decorator even when the module
-    ``conveyor.pipeline_def`` was loaded before the name was first used."""
-    probe = ("import conveyor, conveyor.pipeline_def, types\n"
-             "from conveyor.pipeline_def import pipeline_def\n"
+    """``conveyor.pipeline_def`` is the decorator whatever was imported before it: its
+    module has another name (``conveyor.pipeline_decorator``), so the import system never
+    binds a submodule over the public name."""
+    probe = ("import conveyor, conveyor.pipeline_decorator, types\n"
+             "from conveyor.pipeline_decorator import pipeline_def\n"
              "assert conveyor.pipeline_def is pipeline_def, conveyor.pipeline_def\n"
              "from conveyor import pipeline_def as again\n"
              "assert again is pipeline_def and not isinstance(again, types.ModuleType)\n"

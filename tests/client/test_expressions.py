@@ -11,7 +11,7 @@ import pytest
 from conveyor import fn
 from conveyor.errors import InvalidArgument, SpecError
 from conveyor.graph import DataNode
-from conveyor.pipeline_def import pipeline_def
+from conveyor.pipeline_decorator import pipeline_def
 from conveyor.schema import decode_args
 from conveyor.v1 import pipeline_pb2
 

@@ -14,7 +14,7 @@ import pytest
 
 from conveyor import fn
 from conveyor.errors import InvalidArgument
-from conveyor.pipeline_def import pipeline_def
+from conveyor.pipeline_decorator import pipeline_def
 from conveyor_server import Pipeline
 from conveyor_server.engine.ops.registry import SampleOp
 from tests.support.op_helpers import build

@@ -4,6 +4,6 @@
 from __future__ import annotations
 
 from conveyor.pipeline import Pipeline
-from conveyor.pipeline_def import pipeline_def
+from conveyor.pipeline_decorator import pipeline_def
 
 __all__ = ["Pipeline", "pipeline_def"]
