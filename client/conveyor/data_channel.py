@@ -86,7 +86,34 @@ class Attempt:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class DataSocket:
+class ChannelEnd:
+    """One end of an attached channel (the client's ``DataSocket``, the server's sink):
+    ``abort`` wakes a read or send blocked on it from any thread, ``close`` closes it once.
+    An end dropped without ``close`` (its stream collected) closes its socket with it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._closed = False
+        self._finalizer = weakref.finalize(self, sock.close)
+
+    def abort(self) -> None:
+        """Wake a read or send blocked on another thread (it fails); any thread."""
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Close the socket (on the thread that uses it, or once it no longer does)."""
+        self.abort()
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._finalizer()
+
+
+class DataSocket(ChannelEnd):
     """The receiving end of an attached channel.
 
     A plaintext channel reads each batch with one ``recv_into(..., MSG_WAITALL)`` on a
@@ -94,13 +121,8 @@ class DataSocket:
     its silence bounded by ``SO_RCVTIMEO``; a TLS one reads record by record."""
 
     def __init__(self, sock: socket.socket, where: str, idle_s: float) -> None:
-        self._sock = sock
+        super().__init__(sock)
         self.where = where
-        self._lock = threading.Lock()
-        self._closed = False
-        # A stream dropped without close() (its pipeline object collected) closes its
-        # socket with it, and the server's send ends.
-        self._finalizer = weakref.finalize(self, sock.close)
         self._flags = 0
         if isinstance(sock, ssl.SSLSocket):
             sock.settimeout(idle_s)
@@ -128,21 +150,6 @@ class DataSocket:
         except OSError as exc:  # reset, timeout (a silent server), closed under us
             raise Unavailable(f"the data channel of {self.where} broke after {filled} of a "
                               f"batch's {size} bytes: {exc}") from None
-
-    def abort(self) -> None:
-        """Wake a read blocked on another thread (it raises ``Unavailable``); any thread."""
-        with self._lock:
-            if not self._closed:
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        """Close the socket (on the thread that reads it, or once it no longer reads)."""
-        self.abort()
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._finalizer()
 
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes:

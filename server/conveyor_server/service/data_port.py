@@ -34,7 +34,7 @@ from pathlib import Path
 
 import grpc
 
-from conveyor.data_channel import HELLO, READY, TICKET_BYTES
+from conveyor.data_channel import HELLO, READY, TICKET_BYTES, ChannelEnd
 from conveyor.errors import Unavailable
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
@@ -64,15 +64,13 @@ class DataPortSettings:
     handshake_s: float = 5.0
 
 
-class DataSink:
+class DataSink(ChannelEnd):
     """The sending end of an attached channel, written by its call's send loop alone."""
 
     def __init__(self, sock: socket.socket, peer: str) -> None:
-        self._sock = sock
+        super().__init__(sock)
         self._tls = isinstance(sock, ssl.SSLSocket)
         self.peer = peer
-        self._lock = threading.Lock()
-        self._closed = False
         self._call_ended = threading.Event()
 
     def call_ended(self) -> None:
@@ -109,20 +107,6 @@ class DataSink:
                 else:
                     views[first] = views[first][sent:]
                     sent = 0
-
-    def abort(self) -> None:
-        """Wake a send blocked on another thread (it raises); any thread."""
-        with self._lock:
-            if not self._closed:
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.abort()
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._sock.close()
 
 
 def send_on(sink: DataSink, index: int,
