@@ -410,8 +410,14 @@ class RemotePipeline:
     # -- the rest ----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
+        """The batches, up to the end of an external source's epoch (StopIteration):
+        after ``reset()``, iterating again gives the next epoch's."""
         while True:
-            yield self.run()
+            try:
+                batch = self.run()
+            except StopIteration:
+                return
+            yield batch
 
     def checkpoint(self, consumed: int | None = None) -> Checkpoint:
         """The position after the batches this object has returned, stored in Redis; or

@@ -84,7 +84,10 @@ def test_run_stops_where_the_in_process_pipeline_does_and_reset_goes_on(
         with pytest.raises(StopIteration):
             pipe.run()
         pipe.reset()
-        got = [first, *epochs_of(pipe, 2)]
+        second = [batch_bytes(batch) for batch in pipe]  # iteration ends with the epoch
+        assert [batch_bytes(batch) for batch in pipe] == []  # until reset()
+        pipe.reset()
+        got = [first, second, *epochs_of(pipe, 1)]
         assert pipe.consumed == sum(LENGTHS[:3])
     assert got == expected
     assert [epoch_of(e[0]) for e in got] == [0, 1, 2]
