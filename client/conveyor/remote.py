@@ -27,7 +27,8 @@ the held batch. The held batch is not consumed (``consumed``, the acknowledgemen
 holder's position stay before it). A checkpoint taken after that StopIteration at the
 position reached asks the server for the state past the epoch's end
 (``CheckpointRequest.past_epoch_end``): restored, the pipeline starts the next epoch
-without raising StopIteration again, as in process.
+without raising StopIteration again, as in process. ``run_on()`` goes on past such an
+end (``reset()`` at once): the torch and TensorFlow datasets read the batches so.
 
 **Data channel.** The stream asks for one (``data_channel.py``) unless the client turned it
 off or the server's data port proved unreachable: the batches' bytes are then read from it
@@ -243,6 +244,17 @@ class RemotePipeline:
             self._opening_met = False
             self._took()
             return batch
+
+    def run_on(self) -> Batch:
+        """The next batch, going on where an external source's epoch ends (``reset()``
+        where ``run()`` raises StopIteration): the batches as one sequence that does not
+        stop, as the torch and TensorFlow datasets read them."""
+        with self._lock:
+            try:
+                return self.run()
+            except StopIteration:
+                self.reset()
+                return self.run()
 
     def _took(self) -> None:
         """A batch of the stream is returned: it counts as consumed."""

@@ -3,8 +3,8 @@
 it in the batch header), keeps raising it until ``reset()``, then gives that batch; the
 bytes are the in-process ones. A checkpoint taken after the StopIteration resumes at the
 next epoch's start, one taken before it raises it first, on another server as in process;
-the same with two workers (fan-in); and a DALI iterator without ``reader_name`` or
-``size`` ends each epoch after the source's batches."""
+the same with two workers (fan-in); a DALI iterator without ``reader_name`` or ``size``
+ends each epoch after the source's batches; ``run_on()`` does not stop."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 import conveyor
 from conveyor import fn, pipeline_def
 from conveyor.dali.plugin.pytorch import DALIGenericIterator
+from conveyor_server import Pipeline
 from tests.support.resume import batch_bytes
 from tests.support.servers import DEADLINE, ServerProcess, Start, client
 
@@ -167,3 +168,17 @@ def test_a_dali_iterator_without_reader_or_size_ends_each_remote_epoch(
                          for step in itertools.islice(it, max(LENGTHS) + 1)])
         assert seen == [[0] * LENGTHS[0], [1] * LENGTHS[1], [2] * LENGTHS[2]]
         assert pipe.consumed == sum(LENGTHS[:3])
+
+
+def test_run_on_goes_on_past_the_epoch_ends_as_the_engine(start_server: Start) -> None:
+    """``run_on()`` (what the torch and TensorFlow datasets read): the engine's sequence,
+    which does not stop."""
+    server = with_source(start_server)
+    with Pipeline(counted()) as engine:
+        expected = [batch_bytes(engine.run()) for _ in range(sum(LENGTHS))]
+    with client(server) as c:
+        pipe = c.create("on", counted())
+        got = [batch_bytes(pipe.run_on()) for _ in range(sum(LENGTHS))]
+        assert pipe.consumed == sum(LENGTHS)
+    assert got == expected
+    assert [epoch_of(b) for b in got] == [e for e, n in enumerate(LENGTHS) for _ in range(n)]
