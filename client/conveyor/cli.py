@@ -205,7 +205,7 @@ def _stream(client: Client, name: str, batches: int) -> None:
     outputs = _Outputs()
     try:
         for i in range(1, batches + 1):
-            batch = pipe.run()
+            batch = pipe.run_on()
             outputs.add(batch)
             samples += len(batch[0]) if batch else 0
             total_bytes += sum(sample.nbytes for out in batch for sample in out)

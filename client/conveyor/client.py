@@ -296,10 +296,12 @@ class Client:
         return checkpoint_of(reply.checkpoint, reply.data)
 
     def checkpoint(self, name: str, consumed: int | None = None, *,
-                   via: str | None = None) -> Checkpoint:
+                   via: str | None = None, past_epoch_end: bool = False) -> Checkpoint:
         """Checkpoint ``name`` after ``consumed`` batches, or (operators) after the
-        acknowledged ones, which may trail the trainer by the batches in flight."""
-        request = service_pb2.CheckpointRequest(name=name)
+        acknowledged ones, which may trail the trainer by the batches in flight.
+        ``past_epoch_end``: the trainer met the StopIteration of an external source's epoch
+        ending at ``consumed`` (``RemotePipeline.checkpoint`` says it)."""
+        request = service_pb2.CheckpointRequest(name=name, past_epoch_end=past_epoch_end)
         if consumed is not None:
             request.consumed = consumed
         reply = self._call("Checkpoint", request, via=via)

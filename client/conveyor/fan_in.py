@@ -91,6 +91,8 @@ class FanIn:
         self._next = self.consumed
         self._requeued: list[int] = []
         self._ready: dict[int, Batch] = {}
+        #: The indices in ``_ready`` whose batch opens an external source's epoch.
+        self._opening: set[int] = set()
         self._digests: dict[int, bytes] = {}
         self._hedged: set[int] = set()
         self.workers: list[Worker] = []
@@ -212,7 +214,8 @@ class FanIn:
 
     # -- the workers' side ---------------------------------------------------------------
 
-    def arrived(self, worker: Worker, index: int, batch: Batch) -> None:
+    def arrived(self, worker: Worker, index: int, batch: Batch,
+                opens_source_epoch: bool = False) -> None:
         now = time.monotonic()
         with self.cond:
             asked = worker.outstanding.pop(index, None)
@@ -236,6 +239,8 @@ class FanIn:
                 self._compare(index, batch, worker)
             else:
                 self._ready[index] = batch
+                if opens_source_epoch:
+                    self._opening.add(index)
                 if index in self._hedged:
                     self._digests[index] = digest(batch)
                 for other in self.workers:
@@ -355,28 +360,10 @@ class FanIn:
 
     def run(self) -> Batch:
         """The next batch in order."""
-        waited_from: float | None = None
         with self.cond:
-            while self.consumed not in self._ready:
-                if self._closed:
-                    raise errors.FailedPrecondition(
-                        f"the fan-in of {self.name!r} was closed after {self.consumed} "
-                        "batches")
-                now = time.monotonic()
-                self._hedge(now)
-                if self.workers:
-                    waited_from = None
-                elif waited_from is None:
-                    waited_from = now
-                elif self._refusal is not None and self.target is not None:
-                    raise self._refusal
-                elif now - waited_from > self.client.timeout:
-                    raise errors.Unavailable(
-                        f"no server computes pipeline {self.name!r} (waited "
-                        f"{self.client.timeout:.0f} s); left out: "
-                        f"{self.left_out or 'none'}")
-                self.cond.wait(0.05)
+            self._wait_ready()
             batch = self._ready.pop(self.consumed)
+            self._opening.discard(self.consumed)
             self._hedged.discard(self.consumed)
             self.consumed += 1
             if len(self._digests) > self._window():  # a late copy still finds its digest
@@ -386,11 +373,42 @@ class FanIn:
             self._dispatch()
         return batch
 
+    def opens_source_epoch(self) -> bool:
+        """Whether the next batch in order opens an external source's epoch (waits for
+        it; it stays the next, not consumed)."""
+        with self.cond:
+            self._wait_ready()
+            return self.consumed in self._opening
+
+    def _wait_ready(self) -> None:
+        """Wait (holding ``cond``) until the next batch in order arrived."""
+        waited_from: float | None = None
+        while self.consumed not in self._ready:
+            if self._closed:
+                raise errors.FailedPrecondition(
+                    f"the fan-in of {self.name!r} was closed after {self.consumed} "
+                    "batches")
+            now = time.monotonic()
+            self._hedge(now)
+            if self.workers:
+                waited_from = None
+            elif waited_from is None:
+                waited_from = now
+            elif self._refusal is not None and self.target is not None:
+                raise self._refusal
+            elif now - waited_from > self.client.timeout:
+                raise errors.Unavailable(
+                    f"no server computes pipeline {self.name!r} (waited "
+                    f"{self.client.timeout:.0f} s); left out: "
+                    f"{self.left_out or 'none'}")
+            self.cond.wait(0.05)
+
     def close(self) -> None:
         with self.cond:
             self._closed = True
             workers, self.workers = self.workers, []
             self._ready.clear()
+            self._opening.clear()
             self.cond.notify_all()
         for worker in workers:
             worker.stop()

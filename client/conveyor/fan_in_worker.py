@@ -39,7 +39,8 @@ class Scheduler(Protocol):
     @property
     def client(self) -> Client: ...
 
-    def arrived(self, worker: Worker, index: int, batch: Batch) -> None: ...
+    def arrived(self, worker: Worker, index: int, batch: Batch,
+                opens_source_epoch: bool = False) -> None: ...
 
     def lost(self, worker: Worker, error: errors.ConveyorError) -> None: ...
 
@@ -161,7 +162,8 @@ class Worker:
             for frame in frames:
                 batch = assembler.feed(frame)
                 if batch is not None:
-                    self.fan.arrived(self, assembler.index, batch)
+                    self.fan.arrived(self, assembler.index, batch,
+                                     assembler.opens_source_epoch)
             error: errors.ConveyorError = errors.Unavailable(
                 f"worker {self.address} ended its call")
         except grpc.RpcError as exc:

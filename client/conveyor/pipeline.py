@@ -13,7 +13,8 @@ says which batch opens such an epoch (``epoch_started``, a function of the posit
 object holds that batch back until ``reset()``. A checkpoint taken after StopIteration was
 raised (before or after ``reset()``) resumes at the next epoch's start, without raising it
 again; one taken after an epoch's last batch, before the StopIteration, raises it first.
-A stream from a server (``RemotePipeline``) does not stop: the next epoch follows.
+A pipeline streamed from a server (``RemotePipeline``) behaves the same: the server marks
+the batch that opens an epoch in its header.
 The same object is taken wherever a spec is (``.spec`` is its ``PipelineSpec``): by
 ``client.open``, the adapters and ``conveyor_server.Pipeline``.
 

@@ -19,6 +19,17 @@ batches from several servers at once (``fan_in.py``), the same sequence byte for
 the holder keeps the name, the lease and the checkpoints, and is told where the trainer
 stands. With ``workers=1`` nothing of that runs.
 
+**Epochs of external sources**, as the in-process ``Pipeline``: each batch's header says
+whether it opens an external source's epoch (the engine's ``epoch_started``, a function
+of the index, the same from any server or worker). ``run()`` holds that batch back and
+raises StopIteration, and keeps raising it until ``reset()``; the next ``run()`` returns
+the held batch. The held batch is not consumed (``consumed``, the acknowledgements and the
+holder's position stay before it). A checkpoint taken after that StopIteration at the
+position reached asks the server for the state past the epoch's end
+(``CheckpointRequest.past_epoch_end``): restored, the pipeline starts the next epoch
+without raising StopIteration again, as in process. ``run_on()`` goes on past such an
+end (``reset()`` at once): the torch and TensorFlow datasets read the batches so.
+
 **Data channel.** The stream asks for one (``data_channel.py``) unless the client turned it
 off or the server's data port proved unreachable: the batches' bytes are then read from it
 into each batch's buffer. A channel that cannot be attached makes the stream be opened
@@ -146,6 +157,12 @@ class RemotePipeline:
         #: The servers computing its batches, when it fans in (``fan_out``).
         self._fan_in: FanIn | None = None
         self._fan_target: int | None = 1
+        #: Whether run() raises StopIteration (an external source's epoch ended) until
+        #: ``reset()``; whether the batch opening the next epoch was met and is not yet
+        #: returned; that batch, where the stream gave it (a fan-in keeps it as its next).
+        self._stopped = False
+        self._opening_met = False
+        self._held: Batch | None = None
         client.adopt(self)
 
     @property
@@ -197,16 +214,59 @@ class RemotePipeline:
         was opened (a DALI script's ``pipe.build()`` runs unchanged)."""
 
     def run(self) -> Batch:
+        """The next batch; StopIteration before the batch that opens an external source's
+        epoch, until ``reset()``."""
         with self._lock:
+            if self._stopped:
+                raise StopIteration
+            if self._held is not None:  # the next epoch's first batch, held since then
+                batch, self._held = self._held, None
+                self._opening_met = False
+                self._took()
+                return batch
             if self._fan_in is not None:
                 if self._fan_in.closed:  # closed before: its workers start again
                     self._fan_in = None
                     self.fan_out("auto" if self._fan_target is None else self._fan_target)
                 assert self._fan_in is not None
+                if not self._opening_met and self._fan_in.opens_source_epoch():
+                    self._opening_met = self._stopped = True
+                    raise StopIteration
                 batch = self._fan_in.run()
+                self._opening_met = False
                 self._consumed = self._fan_in.consumed
                 return batch
-            return self._with_failover(self._next_batch)
+            batch, opens = self._with_failover(self._next_batch)
+            if opens and not self._opening_met:
+                self._held = batch
+                self._opening_met = self._stopped = True
+                raise StopIteration
+            self._opening_met = False
+            self._took()
+            return batch
+
+    def run_on(self) -> Batch:
+        """The next batch, going on where an external source's epoch ends (``reset()``
+        where ``run()`` raises StopIteration): the batches as one sequence that does not
+        stop, as the torch and TensorFlow datasets read them."""
+        with self._lock:
+            try:
+                return self.run()
+            except StopIteration:
+                self.reset()
+                return self.run()
+
+    def _took(self) -> None:
+        """A batch of the stream is returned: it counts as consumed."""
+        self._consumed += 1
+        if self._acks is not None:
+            self._acks.advance(self._consumed)
+
+    def reset(self) -> None:
+        """After StopIteration (an external source's epoch ended): start the next epoch;
+        the next ``run()`` returns its first batch. Otherwise nothing, as DALI's."""
+        with self._lock:
+            self._stopped = False
 
     # -- fan-in ------------------------------------------------------------------------
 
@@ -218,6 +278,8 @@ class RemotePipeline:
         if count == 1 or self._fan_in is not None:
             return self
         self._close_stream()
+        if self._held is not None:  # the workers compute it again: their next batch
+            self._held = None
         self._fan_target = count
         fan = FanIn(self, count)
         try:
@@ -252,7 +314,9 @@ class RemotePipeline:
             name=self.name, consumed=consumed, position_only=True), via=self.via)
         return bytes(reply.data)
 
-    def _next_batch(self) -> Batch:
+    def _next_batch(self) -> tuple[Batch, bool]:
+        """The stream's next batch (not counted as consumed yet) and whether it opens an
+        external source's epoch."""
         try:
             if self._responses is None:
                 self._open()
@@ -276,10 +340,7 @@ class RemotePipeline:
             if isinstance(exc, grpc.RpcError):
                 raise error_of(exc) from None
             raise
-        self._consumed += 1
-        assert self._acks is not None
-        self._acks.advance(self._consumed)
-        return batch
+        return batch, assembler.opens_source_epoch
 
     # -- failover ----------------------------------------------------------------------
 
@@ -361,27 +422,38 @@ class RemotePipeline:
     # -- the rest ----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
+        """The batches, up to the end of an external source's epoch (StopIteration):
+        after ``reset()``, iterating again gives the next epoch's."""
         while True:
-            yield self.run()
+            try:
+                batch = self.run()
+            except StopIteration:
+                return
+            yield batch
 
     def checkpoint(self, consumed: int | None = None) -> Checkpoint:
         """The position after the batches this object has returned, stored in Redis; or
         after the first ``consumed`` of them (an iterator holding a batch it has not handed
-        out checkpoints before it)."""
+        out checkpoints before it). Taken after StopIteration (before or after ``reset()``)
+        at the position reached, it resumes at the next epoch's start without raising it
+        again; taken after an epoch's last batch, before the StopIteration, it raises it
+        first (as the in-process pipeline's)."""
         if consumed is not None and not 0 <= consumed <= self._consumed:
             raise errors.InvalidArgument(
                 f"checkpoint of {self.name!r}: consumed={consumed} is not between 0 and the "
                 f"{self._consumed} batches returned")
         with self._lock:
             at = self._consumed if consumed is None else consumed
+            past = self._opening_met and at == self._consumed
             if self._fan_in is not None:  # the holder first moves on to the position
-                return self._with_failover(lambda: self._fanned_in_checkpoint(at))
-            return self._with_failover(
-                lambda: self.client.checkpoint(self.name, at, via=self.via))
+                return self._with_failover(lambda: self._fanned_in_checkpoint(at, past))
+            return self._with_failover(lambda: self.client.checkpoint(
+                self.name, at, via=self.via, past_epoch_end=past))
 
-    def _fanned_in_checkpoint(self, consumed: int) -> Checkpoint:
+    def _fanned_in_checkpoint(self, consumed: int, past_epoch_end: bool) -> Checkpoint:
         self.tell_holder(consumed)
-        return self.client.checkpoint(self.name, consumed, via=self.via)
+        return self.client.checkpoint(self.name, consumed, via=self.via,
+                                      past_epoch_end=past_epoch_end)
 
     def describe(self) -> service_pb2.PipelineInfo:
         return self.client.pipeline(self.name, via=self.via)

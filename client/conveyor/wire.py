@@ -66,10 +66,13 @@ def _dtype_name(dtype: np.dtype) -> str:
     return dtype.str if dtype.byteorder not in "=|" else dtype.name
 
 
-def batch_header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2.BatchHeader,
-                                                                      list[memoryview]]:
-    """The header of a batch and the byte pieces of its samples, in wire order."""
-    header = service_pb2.BatchHeader(index=index, batch_size=len(outputs[0]) if outputs else 0)
+def batch_header(index: int, outputs: Sequence[TensorList], *, opens_source_epoch: bool = False
+                 ) -> tuple[service_pb2.BatchHeader, list[memoryview]]:
+    """The header of a batch and the byte pieces of its samples, in wire order;
+    ``opens_source_epoch``: the batch opens an external source's epoch (the engine's
+    ``epoch_started`` for it)."""
+    header = service_pb2.BatchHeader(index=index, batch_size=len(outputs[0]) if outputs else 0,
+                                     opens_source_epoch=opens_source_epoch)
     pieces: list[memoryview] = []
     total = 0
     for out in outputs:
@@ -91,9 +94,10 @@ def batch_header(index: int, outputs: Sequence[TensorList]) -> tuple[service_pb2
 
 
 def encode_frames(index: int, outputs: Sequence[TensorList],
-                  frame_bytes: int = FRAME_BYTES) -> Iterator[bytes]:
+                  frame_bytes: int = FRAME_BYTES, *,
+                  opens_source_epoch: bool = False) -> Iterator[bytes]:
     """The batch's frames, each an encoded ``StreamBatchesResponse``."""
-    header, pieces = batch_header(index, outputs)
+    header, pieces = batch_header(index, outputs, opens_source_epoch=opens_source_epoch)
     prefix = [_HEADER_KEY, _varint(header.ByteSize()), header.SerializeToString()]
     remaining = header.total_bytes
     chunk: list[memoryview] = []
@@ -163,6 +167,9 @@ class BatchAssembler:
         self._header: service_pb2.BatchHeader | None = None
         #: The index of the batch being assembled, or of the last one returned.
         self.index = -1
+        #: Whether the batch last returned opens an external source's epoch (its header's
+        #: ``opens_source_epoch``).
+        self.opens_source_epoch = False
         self._buffer = np.empty(0, dtype=np.uint8)
         self._filled = 0
 
@@ -203,6 +210,7 @@ class BatchAssembler:
     def _done(self) -> tuple[TensorList, ...]:
         assert self._header is not None
         done, self._header = self._header, None
+        self.opens_source_epoch = done.opens_source_epoch
         if self.expected is not None:
             self.expected += 1
         return self._outputs(done, self._buffer)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.support import fleet, rotating, sharded_with_source, trainer
-from tests.support.resume import batch_bytes, reference
+from tests.support.resume import batch_bytes, reference, run_across_epochs
 from tests.support.servers import Start
 
 #: Batches read: more than three epochs of the rotating pipeline.
@@ -45,7 +45,8 @@ def test_a_sharded_reader_and_an_external_source_across_epoch_ends(start_server:
     expected = reference(spec, count)
     with trainer(*servers) as c:
         pipe = c.open("mixed", spec, workers=3)
-        got = [batch_bytes(pipe.run()) for _ in range(count)]
+        got = [batch_bytes(b) for b in run_across_epochs(pipe, count)]
+        assert pipe.consumed == count  # (it stopped at each of the source's epoch ends)
         assert sorted(pipe.workers) == sorted(s.address for s in servers)
     assert got == expected
 

@@ -15,7 +15,7 @@ import pytest
 
 from conveyor import errors, fn, pipeline_def, types
 from conveyor_server import Pipeline
-from tests.support.resume import assert_same_stream, run_batches
+from tests.support.resume import assert_same_stream, run_across_epochs, run_batches
 from tests.support.servers import ServerProcess, Start, client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,16 +53,16 @@ def test_registered_sources_stream_and_resume_exactly_on_another_server(
         for k in range(10):
             if k in (0, 1, 2, 4, 5, 7):  # both sides of epoch ends of either source
                 saved[k] = pipe.checkpoint()
-            streamed.append(pipe.run())
+            streamed.extend(run_across_epochs(pipe, 1))
         assert_same_stream(reference[:10], streamed, "server A")
         for k, checkpoint in saved.items():
             restored = cb.restore(f"copy-{k}", checkpoint=checkpoint.id)
-            assert_same_stream(reference[k:k + 6], run_batches(restored, 6),  # type: ignore[arg-type]
+            assert_same_stream(reference[k:k + 6], run_across_epochs(restored, 6),
                                f"restored on B after {k} batches")
             restored.close()
         # A trainer ahead of its checkpoint: the position is found past the epoch ends.
         ahead = cb.restore("ahead", checkpoint=saved[0].id, consumed=11)
-        assert_same_stream(reference[11:14], run_batches(ahead, 3), "11 batches ahead")  # type: ignore[arg-type]
+        assert_same_stream(reference[11:14], run_across_epochs(ahead, 3), "11 batches ahead")
     epochs = [(int(batch[1].at(0)[0]), int(batch[2].at(0)[0])) for batch in reference]
     assert epochs[:8] == [(0, 0), (0, 0), (1, 0), (1, 1), (1, 1), (2, 1), (2, 1), (3, 2)]
 

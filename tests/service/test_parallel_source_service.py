@@ -11,7 +11,7 @@ from typing import Any
 from conveyor import fn, pipeline_def, types
 from conveyor_server import Pipeline
 from tests.service.test_external_source_service import with_sources
-from tests.support.resume import assert_same_stream, run_batches
+from tests.support.resume import assert_same_stream, run_across_epochs, run_batches
 from tests.support.servers import Start, client
 
 
@@ -59,17 +59,17 @@ def test_registered_sources_stream_exactly_from_worker_processes(start_server: S
         for k in range(8):
             if k in (2, 5):
                 saved[k] = pipe.checkpoint()
-            streamed.append(pipe.run())
+            streamed.extend(run_across_epochs(pipe, 1))
         assert_same_stream(reference[:8], streamed, "server A, parallel")
         assert len(source_workers(a.proc.pid)) == 2
         for k, checkpoint in saved.items():
             restored = cb.restore(f"copy-{k}", checkpoint=checkpoint.id)
-            assert_same_stream(reference[k:k + 4], run_batches(restored, 4),  # type: ignore[arg-type]
+            assert_same_stream(reference[k:k + 4], run_across_epochs(restored, 4),
                                f"restored on B after {k} batches")
             restored.close()
             cb.delete(f"copy-{k}")
         ahead = cb.restore("ahead", checkpoint=saved[2].id, consumed=11)
-        assert_same_stream(reference[11:14], run_batches(ahead, 3), "11 batches ahead")  # type: ignore[arg-type]
+        assert_same_stream(reference[11:14], run_across_epochs(ahead, 3), "11 batches ahead")
         ahead.close()
         cb.delete("ahead")
         pipe.close()

@@ -26,6 +26,20 @@ def run_batches(pipe: Pipeline, count: int) -> list[Batch]:
     return [pipe.run() for _ in range(count)]
 
 
+def run_across_epochs(pipe: Any, count: int) -> list[Batch]:
+    """``count`` batches of a ``RemotePipeline`` (or an in-process ``Pipeline``), going on
+    where an external source's epoch ends (StopIteration, then ``reset()``): the sequence
+    the engine gives without stopping."""
+    out: list[Batch] = []
+    while len(out) < count:
+        try:
+            out.append(pipe.run())
+        except StopIteration:
+            pipe.reset()
+            out.append(pipe.run())  # the next epoch's first batch (a second stop: an error)
+    return out
+
+
 def assert_same_stream(a: Sequence[Batch], b: Sequence[Batch], label: str = "") -> None:
     assert len(a) == len(b)
     for i, (x, y) in enumerate(zip(a, b, strict=True)):

@@ -80,7 +80,7 @@ class BatchStream:
                 self._pipe.close()
                 self._pipe = None
             self._pipe = self._open(index)
-        return self._pipe.run()
+        return self._pipe.run_on()  # (no stop where a source's epoch ends)
 
     def _check_open(self, index: int) -> None:
         if self._closed:

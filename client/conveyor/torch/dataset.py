@@ -101,7 +101,7 @@ class ConveyorDataset(IterableDataset):
             self._pipe = pipe
             try:
                 while True:
-                    batch = pipe.run()
+                    batch = pipe.run_on()  # (no stop where a source's epoch ends)
                     self.consumed = pipe.consumed
                     if job.job:
                         self.global_batches = job.global_batches + (

@@ -147,16 +147,18 @@ class TensorHeader(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., layout: _Optional[str] = ..., ndim: _Optional[int] = ..., shapes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BatchHeader(_message.Message):
-    __slots__ = ("index", "batch_size", "outputs", "total_bytes")
+    __slots__ = ("index", "batch_size", "outputs", "total_bytes", "opens_source_epoch")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OPENS_SOURCE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     index: int
     batch_size: int
     outputs: _containers.RepeatedCompositeFieldContainer[TensorHeader]
     total_bytes: int
-    def __init__(self, index: _Optional[int] = ..., batch_size: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorHeader, _Mapping]]] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+    opens_source_epoch: bool
+    def __init__(self, index: _Optional[int] = ..., batch_size: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorHeader, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., opens_source_epoch: _Optional[bool] = ...) -> None: ...
 
 class StreamBatchesResponse(_message.Message):
     __slots__ = ("header", "data", "offer")
@@ -179,14 +181,16 @@ class DataChannelOffer(_message.Message):
     def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ..., expires_ms: _Optional[int] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
-    __slots__ = ("name", "consumed", "position_only")
+    __slots__ = ("name", "consumed", "position_only", "past_epoch_end")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
     POSITION_ONLY_FIELD_NUMBER: _ClassVar[int]
+    PAST_EPOCH_END_FIELD_NUMBER: _ClassVar[int]
     name: str
     consumed: int
     position_only: bool
-    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ..., position_only: _Optional[bool] = ...) -> None: ...
+    past_epoch_end: bool
+    def __init__(self, name: _Optional[str] = ..., consumed: _Optional[int] = ..., position_only: _Optional[bool] = ..., past_epoch_end: _Optional[bool] = ...) -> None: ...
 
 class CheckpointResponse(_message.Message):
     __slots__ = ("checkpoint", "data")

@@ -43,12 +43,20 @@ class CheckpointWriter:
         self._kill_points = kill_points
         self._calls = ThreadPoolExecutor(4, thread_name_prefix="store-call")
 
-    def write(self, hosted: HostedPipeline, batches: int) -> StoredCheckpoint:
+    def write(self, hosted: HostedPipeline, batches: int, *,
+              past_epoch_end: bool = False) -> StoredCheckpoint:
         """Store the checkpoint of ``hosted`` after ``batches`` consumed batches; a job's
-        rank's is then marked in the job's record (``jobs.py``)."""
+        rank's is then marked in the job's record (``jobs.py``). ``past_epoch_end``: the
+        trainer met the StopIteration of an external source's epoch ending there (the
+        engine's ``checkpoint(past_epoch_end=)``)."""
         hosted.check_live()
         started = time.perf_counter()
-        blob = hosted.engine.checkpoint(batches=batches)
+        if past_epoch_end:
+            # A holder whose batches workers computed (fan-in) may not have produced the
+            # batch that met the source's StopIteration, so its sources may not know that
+            # the epoch ends at this position: the position one batch on finds it out.
+            hosted.engine.states_at(batches + 1)
+        blob = hosted.engine.checkpoint(batches=batches, past_epoch_end=past_epoch_end)
         self._kill_points.reached("checkpoint.before_store")
         try:
             stored = self._store.write_checkpoint(hosted.name, self._instance,
@@ -78,12 +86,13 @@ class CheckpointWriter:
         return stored
 
     def write_within(self, context: grpc.ServicerContext, hosted: HostedPipeline,
-                     batches: int) -> StoredCheckpoint:
+                     batches: int, *, past_epoch_end: bool = False) -> StoredCheckpoint:
         """``write``, answering before the caller's deadline: a deadline shorter than the
         store's own timeout bounds the wait (the write may still land later, as one more
         retained checkpoint)."""
         return self._within_deadline(context, "the checkpoint",
-                                     lambda: self.write(hosted, batches))
+                                     lambda: self.write(hosted, batches,
+                                                        past_epoch_end=past_epoch_end))
 
     def for_drain(self, hosted: HostedPipeline) -> StoredCheckpoint | None:
         """For the drain: the checkpoint at the consumer's acknowledged position, recorded as

@@ -259,13 +259,16 @@ class ComputeCalls:
                 if not context.is_active():
                     return
             batch, release = engine.run_staged()
+            opens = engine.epoch_started  # a function of the index: the same on any server
             try:  # a GPU batch's frames are encoded from its output-ring slot
                 if not asked.drop(index):
                     if sink is not None:
-                        if (yield from send_on(sink, index, batch)) is None:
+                        if (yield from send_on(sink, index, batch,
+                                               opens_source_epoch=opens)) is None:
                             return  # the call ended under the batch's bytes
                     else:
-                        yield from encode_frames(index, batch, FRAME_BYTES)
+                        yield from encode_frames(index, batch, FRAME_BYTES,
+                                                 opens_source_epoch=opens)
                     sent[0] += 1
             finally:
                 del batch

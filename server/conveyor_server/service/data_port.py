@@ -109,12 +109,12 @@ class DataSink(ChannelEnd):
                     sent = 0
 
 
-def send_on(sink: DataSink, index: int,
-            batch: Sequence[TensorList]) -> Generator[bytes, None, int | None]:
+def send_on(sink: DataSink, index: int, batch: Sequence[TensorList], *,
+            opens_source_epoch: bool = False) -> Generator[bytes, None, int | None]:
     """A batch on a data channel: its header frame (yielded), then its bytes on ``sink``
     once gRPC took the frame, in the order the client reads them. Returns the bytes, or
     None when the call ended first (the batch was not delivered)."""
-    header, pieces = batch_header(index, batch)
+    header, pieces = batch_header(index, batch, opens_source_epoch=opens_source_epoch)
     frame = header_frame(header)
     yield frame
     if not sink.send(pieces):

@@ -232,7 +232,8 @@ class ConveyorService:
             raise FailedPrecondition(
                 f"pipeline {hosted.name!r}: cannot checkpoint after {batches} consumed "
                 f"batches: only {produced} were produced")
-        stored = self.checkpoints.write_within(context, hosted, batches)
+        stored = self.checkpoints.write_within(context, hosted, batches,
+                                               past_epoch_end=request.past_epoch_end)
         return service_pb2.CheckpointResponse(checkpoint=checkpoint_info(stored),
                                               data=stored.blob)
 

@@ -108,17 +108,18 @@ class BatchStreams:
                 taken = self._next_batch(hosted, context, token, acks)
                 if taken is None:
                     return
-                index, batch, release = taken
+                index, batch, release, opens = taken
                 samples = len(batch[0]) if batch else 0
                 waited = time.perf_counter() - started
                 self._observer.batch_waited(waited)
                 size: int | None = 0
                 try:  # a GPU batch's frames are encoded from its output-ring slot
                     if sink is not None:
-                        size = yield from send_on(sink, index, batch)
+                        size = yield from send_on(sink, index, batch,
+                                                  opens_source_epoch=opens)
                     else:
                         framed = 0
-                        for frame in encode_frames(index, batch):
+                        for frame in encode_frames(index, batch, opens_source_epoch=opens):
                             framed += len(frame)
                             yield frame
                         size = framed
@@ -135,11 +136,13 @@ class BatchStreams:
             raise
 
     def _next_batch(self, hosted: HostedPipeline, context: grpc.ServicerContext,
-                    token: int, acks: AckReader) -> tuple[int, Batch, Release] | None:
-        """The engine's next batch, its index and the call that frees its bytes (a GPU
-        batch's output-ring slot), waiting in short steps so that a drain,
-        a fence, a newer consumer or a malformed acknowledgement is seen promptly; None
-        when the client went away."""
+                    token: int, acks: AckReader
+                    ) -> tuple[int, Batch, Release, bool] | None:
+        """The engine's next batch, its index, the call that frees its bytes (a GPU
+        batch's output-ring slot) and whether it opens an external source's epoch (the
+        consumer then raises StopIteration before it, as the in-process pipeline),
+        waiting in short steps so that a drain, a fence, a newer consumer or a malformed
+        acknowledgement is seen promptly; None when the client went away."""
         engine = hosted.engine
         while True:
             if acks.error is not None:
@@ -158,7 +161,8 @@ class BatchStreams:
                         self._observer.decode_error()
                         raise
                     self._count_failed(failed, engine)
-                    return engine.batches_returned - 1, batch, release
+                    return (engine.batches_returned - 1, batch, release,
+                            engine.epoch_started)
             if not context.is_active():
                 return None
 

@@ -17,7 +17,8 @@ policy      padded                   not padded
 A reader does not stop a Conveyor pipeline at an epoch's end (the next epoch follows), so
 without ``reader_name`` or ``size`` an iterator ends its epoch only where an in-process
 pipeline raises StopIteration (an ``external_source``'s callable ended its epoch, as in
-DALI); over a ``RemotePipeline``, whose stream does not stop, it never ends.
+DALI); a ``RemotePipeline`` raises it at the same batches (the server marks the batch
+that opens an epoch), and otherwise never ends.
 ``checkpoints()`` are the pipelines' checkpoints at the batches the iterator has handed
 out (or dropped); a batch it holds ahead (``prepare_first_batch``) is not in them. An
 iterator over pipelines restored from them goes on exactly: where it stands in its epoch

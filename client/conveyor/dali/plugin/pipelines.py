@@ -106,10 +106,8 @@ class Wrapped:
         return batch
 
     def reset(self) -> None:
-        """After the pipeline raised StopIteration: its next epoch (a remote stream does
-        not stop)."""
-        if not self.remote:
-            self.pipe.reset()
+        """After the pipeline raised StopIteration: its next epoch."""
+        self.pipe.reset()
 
     @property
     def position(self) -> int:
