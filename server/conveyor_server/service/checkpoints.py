@@ -51,11 +51,6 @@ class CheckpointWriter:
         engine's ``checkpoint(past_epoch_end=)``)."""
         hosted.check_live()
         started = time.perf_counter()
-        if past_epoch_end:
-            # A holder whose batches workers computed (fan-in) may not have produced the
-            # batch that met the source's StopIteration, so its sources may not know that
-            # the epoch ends at this position: the position one batch on finds it out.
-            hosted.engine.states_at(batches + 1)
         blob = hosted.engine.checkpoint(batches=batches, past_epoch_end=past_epoch_end)
         self._kill_points.reached("checkpoint.before_store")
         try:

@@ -180,6 +180,12 @@ class ExternalSourceStage:
         epoch whose StopIteration was met (DALI's position once ``run()`` raised it)."""
         epoch, iteration = self._position(state)
         with self._lock:
+            if (iteration > 0 and epoch not in self._lengths
+                    and self._complete.get(epoch, 0) <= iteration
+                    and not self._exists(epoch, iteration)):
+                # This engine did not produce the batch that met the StopIteration (a
+                # fan-in's holder: its workers computed the epoch): one call finds it out.
+                self._ended(epoch, iteration)
             if iteration > 0 and self._lengths.get(epoch) == iteration:
                 return self._state(epoch + 1, 0)
         return state

@@ -7,7 +7,8 @@ consumer, so ``EpochCrossings`` notes which produced batches open an epoch and, 
 batch is returned, whether it is one (``started``): a function of the position, the same
 for a pipeline restored there, never of timing. DALI's pipeline raises StopIteration
 before such a batch until ``reset()``; ``conveyor.pipeline.Pipeline`` does, from the
-engine's ``epoch_started``; a stream does not stop.
+engine's ``epoch_started``; a remote pipeline does from each batch header's
+``opens_source_epoch``, which a stream sets from it.
 
 ``past_end`` gives a checkpoint's states as DALI's once ``run()`` raised that
 StopIteration: an external source at the end of the epoch that stopped stands at the next
