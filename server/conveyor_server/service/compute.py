@@ -41,12 +41,11 @@ from conveyor.errors import (
     SpecMismatch,
 )
 from conveyor.v1 import service_pb2
-from conveyor.wire import encode_frames
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.service.access import Access
-from conveyor_server.service.data_port import DataPort, DataSink, send_on
+from conveyor_server.service.data_port import DataPort, DataSink, send_batch
 from conveyor_server.service.stream_slots import StreamSlots
 from conveyor_server.store.ids import check_name
 from conveyor_server.store.store import Store
@@ -184,9 +183,7 @@ class ComputeCalls:
             if start.data_channel and self.data_port is not None:
                 sink = yield from self.data_port.offer(context,
                                                        service_pb2.ComputeBatchesResponse)
-                if sink is not None:
-                    context.add_callback(sink.call_ended)  # a send blocked on it ends
-                elif not context.is_active():
+                if sink is None and not context.is_active():
                     return
             yield from self._send(engine, asked, context, sent, sink)
         finally:
@@ -262,13 +259,9 @@ class ComputeCalls:
             opens = engine.epoch_started  # a function of the index: the same on any server
             try:  # a GPU batch's frames are encoded from its output-ring slot
                 if not asked.drop(index):
-                    if sink is not None:
-                        if (yield from send_on(sink, index, batch,
-                                               opens_source_epoch=opens)) is None:
-                            return  # the call ended under the batch's bytes
-                    else:
-                        yield from encode_frames(index, batch, FRAME_BYTES,
-                                                 opens_source_epoch=opens)
+                    if (yield from send_batch(sink, index, batch, FRAME_BYTES,
+                                              opens_source_epoch=opens)) is None:
+                        return  # the call ended under the batch's bytes
                     sent[0] += 1
             finally:
                 del batch

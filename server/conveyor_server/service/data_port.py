@@ -38,7 +38,7 @@ from conveyor.data_channel import HELLO, READY, TICKET_BYTES, ChannelEnd
 from conveyor.errors import Unavailable
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import service_pb2
-from conveyor.wire import batch_header, header_frame
+from conveyor.wire import batch_header, encode_frames, header_frame
 from conveyor_server.service.tls import CertificateFiles
 
 log = logging.getLogger("conveyor.server")
@@ -120,6 +120,21 @@ def send_on(sink: DataSink, index: int, batch: Sequence[TensorList], *,
     if not sink.send(pieces):
         return None
     return len(frame) + header.total_bytes
+
+
+def send_batch(sink: DataSink | None, index: int, batch: Sequence[TensorList],
+               frame_bytes: int, *, opens_source_epoch: bool
+               ) -> Generator[bytes, None, int | None]:
+    """A batch as its call sends it: on a data channel (``sink``), ``send_on``; else its
+    frames of at most ``frame_bytes``. Returns the bytes sent, or None when the call ended
+    under them."""
+    if sink is not None:
+        return (yield from send_on(sink, index, batch, opens_source_epoch=opens_source_epoch))
+    size = 0
+    for frame in encode_frames(index, batch, frame_bytes, opens_source_epoch=opens_source_epoch):
+        size += len(frame)
+        yield frame
+    return size
 
 
 class Pending:
@@ -205,6 +220,8 @@ class DataPort:
                         f"within {self.settings.handshake_s:.0f} s: call again without "
                         "data_channel")
             sink, pending.sink = pending.sink, None
+            if sink is not None:
+                context.add_callback(sink.call_ended)  # a send blocked on it ends
             return sink  # the call's now: it closes it
         finally:
             with self._lock:

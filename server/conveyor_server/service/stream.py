@@ -23,10 +23,10 @@ import grpc
 from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
 from conveyor.errors import ConveyorError, DataFileError, Draining
 from conveyor.v1 import service_pb2
-from conveyor.wire import encode_frames
+from conveyor.wire import FRAME_BYTES
 from conveyor_server.engine.pipeline import Batch, Pipeline
 from conveyor_server.service.checkpoints import CheckpointWriter
-from conveyor_server.service.data_port import DataPort, DataSink, send_on
+from conveyor_server.service.data_port import DataPort, DataSink, send_batch
 from conveyor_server.service.hosted import HostedPipeline, HostedPipelines
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.stream_slots import StreamSlots, first_request
@@ -78,7 +78,6 @@ class BatchStreams:
                 sink = yield from self.data_port.offer(context,
                                                        service_pb2.StreamBatchesResponse)
                 if sink is not None:
-                    context.add_callback(sink.call_ended)  # a send blocked on it ends
                     fields["data_channel"] = True
                 elif not context.is_active():
                     return
@@ -112,17 +111,9 @@ class BatchStreams:
                 samples = len(batch[0]) if batch else 0
                 waited = time.perf_counter() - started
                 self._observer.batch_waited(waited)
-                size: int | None = 0
                 try:  # a GPU batch's frames are encoded from its output-ring slot
-                    if sink is not None:
-                        size = yield from send_on(sink, index, batch,
-                                                  opens_source_epoch=opens)
-                    else:
-                        framed = 0
-                        for frame in encode_frames(index, batch, opens_source_epoch=opens):
-                            framed += len(frame)
-                            yield frame
-                        size = framed
+                    size = yield from send_batch(sink, index, batch, FRAME_BYTES,
+                                                 opens_source_epoch=opens)
                 finally:
                     del batch
                     release()
