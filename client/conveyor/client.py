@@ -31,12 +31,18 @@ from typing import Any, Literal
 
 from conveyor import errors
 from conveyor.channel import AUTHORIZATION_KEY, KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S, bearer
-from conveyor.connection import Connection, addresses, close_connections, server_targets
+from conveyor.connection import (
+    Connection,
+    addresses,
+    close_connections,
+    say_where_it_failed,
+    server_targets,
+)
 from conveyor.credentials import TlsOptions, read_token
 from conveyor.fan_in import check_workers
 from conveyor.opening import open_pipeline
 from conveyor.placement import Placement, call_placed, fleet
-from conveyor.remote import RemotePipeline, say_where_it_failed
+from conveyor.remote import RemotePipeline
 from conveyor.spec import Definition, as_spec
 from conveyor.v1 import service_pb2
 

@@ -50,7 +50,7 @@ import grpc
 from conveyor import errors
 from conveyor.acknowledgements import ACK_FLUSH_S, Acknowledgements
 from conveyor.allocator import tune_client_process
-from conveyor.connection import error_of, on_grpc_thread
+from conveyor.connection import error_of, say_where_it_failed, wait_for_the_end
 from conveyor.data_channel import Attempt, DataSocket
 from conveyor.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
@@ -65,68 +65,6 @@ Batch = tuple[TensorList, ...]
 T = TypeVar("T")
 #: Moves one call may make before it gives up and raises.
 MAX_FAILOVERS = 3
-
-
-def say_where_it_failed(exc: errors.Unavailable, server: str, others: list[str], what: str,
-                        *, failover: bool = True) -> None:
-    """Reword ``exc``, to be raised as it is (gRPC says only "Stream removed", "Socket
-    closed", "failed to connect"): the server that failed for ``what``, and why nothing
-    failed over: failover off, no other server address given (and how to give one), or
-    none of the ``others`` could take over."""
-    if not failover:
-        why = "failover is off (Client(failover=False))"
-    elif not others:
-        why = ("no other server address was given to fail over to: give the client "
-               "several (a list, or one string \"host1:port,host2:port\") or a DNS name "
-               "that resolves to every server")
-    else:
-        why = (f"none of the other servers ({', '.join(others)}) could take over (the "
-               "conveyor.client log says why)")
-    text = f"server {server} failed for {what}: {exc.message}; {why}"
-    exc.message, exc.args = text, (text,)
-
-
-def wait_for_the_end(call: Any, within: float) -> None:
-    """Wait up to ``within`` seconds for a stream's call to end (the server ends it once it
-    has the consumer's last count).
-
-    The end reaches this side only after the frames the server sent before it, received and
-    not read yet: they are read and dropped here (batches past the count acknowledged, so
-    nothing is lost), and the call is cancelled at the deadline if it has not ended by
-    then. Only waiting for the end would wait out the whole deadline whenever frames were
-    in flight, which is every close after a ``run()``. On one of gRPC's own threads (a
-    close from a call's done-callback) nothing is read: that thread is the one that would
-    deliver the frames, so the wait is for the end alone, up to ``within``."""
-    if on_grpc_thread():
-        wait_for_the_done_callback(call, within)
-        return
-    deadline_cancel = threading.Timer(within, call.cancel)
-    deadline_cancel.daemon = True
-    try:
-        deadline_cancel.start()
-    except RuntimeError:  # no new thread at the interpreter's exit: wait for the end only
-        wait_for_the_done_callback(call, within)
-        return
-    try:
-        for _frame in call:
-            pass
-    except grpc.RpcError as end:  # the end: CANCELLED by the server, or by the deadline
-        # The error raised is the call itself: its traceback holds this frame, which holds
-        # the call, a cycle only the collector would end (at the interpreter's exit, maybe,
-        # where a collected call takes a lock a stopped gRPC thread may hold).
-        end.__traceback__ = None
-    finally:
-        # Ended before it fired: its thread ends at once, and with it the last reference it
-        # holds to the call (a call collected at the interpreter's exit takes its lock,
-        # which a gRPC thread stopped by the exit may hold).
-        deadline_cancel.cancel()
-        deadline_cancel.join()
-
-
-def wait_for_the_done_callback(call: Any, within: float) -> None:
-    ended = threading.Event()
-    call.add_done_callback(lambda _call: ended.set())
-    ended.wait(within)
 
 
 class RemotePipeline:
