@@ -90,9 +90,9 @@ class FanIn:
         self.consumed = pipe.consumed
         self._next = self.consumed
         self._requeued: list[int] = []
-        self._ready: dict[int, Batch] = {}
-        #: The indices in ``_ready`` whose batch opens an external source's epoch.
-        self._opening: set[int] = set()
+        #: Batches arrived ahead of the trainer, and whether each opens an external
+        #: source's epoch.
+        self._ready: dict[int, tuple[Batch, bool]] = {}
         self._digests: dict[int, bytes] = {}
         self._hedged: set[int] = set()
         self.workers: list[Worker] = []
@@ -238,9 +238,7 @@ class FanIn:
             if index < self.consumed or index in self._ready:
                 self._compare(index, batch, worker)
             else:
-                self._ready[index] = batch
-                if opens_source_epoch:
-                    self._opening.add(index)
+                self._ready[index] = batch, opens_source_epoch
                 if index in self._hedged:
                     self._digests[index] = digest(batch)
                 for other in self.workers:
@@ -252,7 +250,7 @@ class FanIn:
     def _compare(self, index: int, batch: Batch, worker: Worker) -> None:
         first = self._digests.get(index)
         if first is None and index in self._ready:
-            first = digest(self._ready[index])
+            first = digest(self._ready[index][0])
         if first is not None and first != digest(batch):
             self.mismatches += 1
             log.error("conveyor: fan-in of %s: server %s computed other bytes for batch %d "
@@ -362,8 +360,7 @@ class FanIn:
         """The next batch in order."""
         with self.cond:
             self._wait_ready()
-            batch = self._ready.pop(self.consumed)
-            self._opening.discard(self.consumed)
+            batch, _ = self._ready.pop(self.consumed)
             self._hedged.discard(self.consumed)
             self.consumed += 1
             if len(self._digests) > self._window():  # a late copy still finds its digest
@@ -378,7 +375,7 @@ class FanIn:
         it; it stays the next, not consumed)."""
         with self.cond:
             self._wait_ready()
-            return self.consumed in self._opening
+            return self._ready[self.consumed][1]
 
     def _wait_ready(self) -> None:
         """Wait (holding ``cond``) until the next batch in order arrived."""
@@ -408,7 +405,6 @@ class FanIn:
             self._closed = True
             workers, self.workers = self.workers, []
             self._ready.clear()
-            self._opening.clear()
             self.cond.notify_all()
         for worker in workers:
             worker.stop()
