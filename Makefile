@@ -15,7 +15,10 @@ PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyP
 # Two steps into one .venv: what the demo and a server need (the runtime, at the image's
 # versions, and a redis-server), then, for `make test` only, the test tools and the trainer
 # adapters' frameworks (torch, TensorFlow, torchdata: ~3 GB).
-$(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
+# The server's compiled kernel is rebuilt (by the editable install) when its source changes.
+KERNEL_SRC := server/setup.py server/conveyor_server/engine/ops/geometry/area_kernel.c
+
+$(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt $(KERNEL_SRC)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing client and server into $(VENV) (log: $(LOG)) ..."
@@ -66,7 +69,7 @@ DALI := nvidia-dali-cuda120==2.4.0
 TORCHVISION := torch==2.13.0 torchvision==0.28.0
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-$(BENCH_STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt
+$(BENCH_STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt $(KERNEL_SRC)
 	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	@echo "installing Conveyor, $(DALI) and $(TORCHVISION) into $(BENCH_VENV) (log: $(BENCH_VENV)/install.log) ..."
 	@$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check install -c server/constraints.txt \

@@ -25,6 +25,7 @@ from conveyor_server.engine.ops.args import (
     scalar_arg,
     with_channels,
 )
+from conveyor_server.engine.ops.geometry.area_resize import area_resize
 from conveyor_server.engine.ops.geometry.resize_filters import resize_steps
 from conveyor_server.engine.ops.probes.inputs import images
 from conveyor_server.engine.ops.probes.probe_set import Case, op_probe
@@ -126,15 +127,17 @@ def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
     """Resize an HWC image to ``out_hw``, in the steps ``resize_steps`` chooses.
 
     DALI antialiases downscaling by widening its filter. OpenCV's ``INTER_AREA`` does the
-    same for the linear filter, so linear + antialias uses it along each shrinking axis;
-    cubic and lanczos3 are not antialiased here (a simplification).
+    same for the linear filter, so linear + antialias averages areas along each shrinking
+    axis (``area_resize``, with OpenCV's bytes); cubic and lanczos3 are not antialiased here
+    (a simplification).
     """
     steps = resize_steps((image.shape[0], image.shape[1]), out_hw, interp_type, antialias)
     if not steps:
         return image.copy()
     out = image
     for step_hw, method in steps:
-        out = _cv_resize(out, step_hw, cv2.INTER_AREA if method == "area" else INTERP[method])
+        out = area_resize(out, step_hw) if method == "area" else _cv_resize(out, step_hw,
+                                                                             INTERP[method])
     return out
 
 

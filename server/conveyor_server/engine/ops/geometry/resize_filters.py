@@ -34,8 +34,8 @@ class AxisFilter:
         return int(self.weights.shape[1])
 
 
-def _inverse_scale(in_size: int, out_size: int) -> float:
-    # OpenCV's scale: 1 / (out / in), in double precision.
+def inverse_scale(in_size: int, out_size: int) -> float:
+    """OpenCV's scale along an axis: 1 / (out / in), in double precision."""
     return 1.0 / (out_size / in_size)
 
 
@@ -50,14 +50,14 @@ def _frozen(start: np.ndarray, weights: np.ndarray) -> AxisFilter:
 # crop's size is drawn per image): each is kept for the sizes met last, a few KB apiece.
 @functools.lru_cache(maxsize=4096)
 def nearest_filter(in_size: int, out_size: int) -> AxisFilter:
-    scale = _inverse_scale(in_size, out_size)
+    scale = inverse_scale(in_size, out_size)
     start = np.minimum(np.floor(np.arange(out_size) * scale), in_size - 1)
     return _frozen(start.astype(np.int32), np.ones((out_size, 1), dtype=np.float32))
 
 
 @functools.lru_cache(maxsize=4096)
 def linear_filter(in_size: int, out_size: int) -> AxisFilter:
-    scale = _inverse_scale(in_size, out_size)
+    scale = inverse_scale(in_size, out_size)
     # OpenCV keeps the source position as a float32; the rest is exact in double precision.
     fx = ((np.arange(out_size) + 0.5) * scale - 0.5).astype(np.float32).astype(np.float64)
     sx = np.floor(fx)
@@ -75,7 +75,7 @@ def area_filter(in_size: int, out_size: int) -> AxisFilter:
     """OpenCV's ``INTER_AREA`` weights along a shrinking (or unchanged) axis: output cell
     ``x`` covers ``[x * scale, (x + 1) * scale)``; a partly covered first and last input
     pixel weigh what they cover (ignored under 1e-3), every whole one ``1 / cell``."""
-    scale = _inverse_scale(in_size, out_size)
+    scale = inverse_scale(in_size, out_size)
     fsx1 = np.arange(out_size) * scale
     fsx2 = fsx1 + scale
     cell = np.minimum(scale, in_size - fsx1)

@@ -1,0 +1,27 @@
+"""The server's one compiled part: the area resize kernel (``engine/ops/geometry/
+area_kernel.c``), built against Python's stable ABI (one build for 3.11 and later).
+
+It is optional: where no C compiler is found the install goes on without it and ``resize``
+computes the same bytes with OpenCV, more slowly (``area_resize.KERNEL`` says which runs).
+The flags keep every float32 operation as written (no fused multiply-add, no reassociation),
+which is what makes its bytes OpenCV's and the same on every CPU; they come after any
+CFLAGS of the environment, so those cannot loosen them.
+"""
+
+from setuptools import Extension, setup
+
+EXACT_FLOATS = ["-O3", "-fno-fast-math", "-ffp-contract=off"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "conveyor_server.engine.ops.geometry._area_kernel",
+            sources=["conveyor_server/engine/ops/geometry/area_kernel.c"],
+            extra_compile_args=EXACT_FLOATS,
+            define_macros=[("Py_LIMITED_API", "0x030B0000")],
+            py_limited_api=True,
+            optional=True,
+        )
+    ],
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
+)
