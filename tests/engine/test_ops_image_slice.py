@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 
 from conveyor.errors import InvalidArgument, ResourceExhausted, SpecError
+from conveyor_server.engine import catalog
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.ops.decode.decode import decode_image
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, builder_for
 from tests.support.op_helpers import gradient, noise, op_context, pil_bytes
+
+catalog.load()  # every operator registered, as the plan has them, whichever test runs first
 
 H, W = 75, 101
 

@@ -11,6 +11,7 @@ from PIL import Image
 
 from conveyor.schema import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
+from conveyor_server.engine import catalog
 from conveyor_server.engine.ops.registry import (
     OpContext,
     SampleOp,
@@ -34,6 +35,7 @@ def op_context(op_type: str, *, device: str = "cpu", tensor_args: Iterable[str] 
 
 def build(op_type: str, **kwargs: Any) -> SampleOp:
     """Build an operator's per-sample form as the engine does (``op_context``'s arguments)."""
+    catalog.load()  # as the plan does: every operator registered, whichever test runs first
     op = builder_for(op_type)(op_context(op_type, **kwargs))
     assert isinstance(op, SampleOp)
     return op
