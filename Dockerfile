@@ -20,17 +20,29 @@ ARG CUDA13_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 # Must equal the version in client/ and server/pyproject.toml (a test checks it).
 ARG CONVEYOR_VERSION=0.1.0
 
-# ---- builder: wheels of the two distributions of this repository. They are pure Python;
-# their dependencies (grpcio, numpy, OpenCV, ...) are installed from PyPI by each runtime
-# stage, for that stage's own Python, at the exact versions of server/constraints.txt (the
-# server's output bytes depend on the numpy/OpenCV/libjpeg-turbo builds: a rebuild with the
-# same pins computes the same bytes; `make test` runs on the same versions).
+# ---- builder: wheels of the two distributions of this repository. The client is pure
+# Python; the server's one compiled part, the area resize kernel (engine/ops/geometry/
+# area_kernel.c), is built here against Python's stable ABI (one wheel for 3.11 and 3.12),
+# so the runtime stages need no compiler. The build fails if it was not compiled (the server
+# would compute the same bytes without it, more slowly). The dependencies (grpcio, numpy,
+# OpenCV, ...) are installed from PyPI by each runtime stage, for that stage's own Python, at
+# the exact versions of server/constraints.txt (the server's output bytes depend on the
+# numpy/OpenCV/libjpeg-turbo builds: a rebuild with the same pins computes the same bytes;
+# `make test` runs on the same versions).
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The Debian release is fixed by PYTHON_IMAGE; apt pins would break on security updates.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY client/ client/
 COPY server/ server/
-RUN pip wheel --no-deps --wheel-dir /wheels ./client ./server
+RUN pip wheel --no-deps --wheel-dir /wheels ./client ./server \
+    && python -c "import glob, zipfile; (wheel,) = glob.glob('/wheels/conveyor_server-*.whl'); \
+names = zipfile.ZipFile(wheel).namelist(); \
+raise SystemExit(0 if any('_area_kernel' in n for n in names) else 'area kernel not built')"
 
 # ---- the CUDA bases of the gpu target, one per CUDA major version, each naming the server's
 # extra built for it. Only the one CUDA_MAJOR names is built (and pulled).
@@ -71,8 +83,9 @@ ENV PATH=/opt/conveyor/bin:$PATH \
 # batch, if CuPy's lookup (cuda-pathfinder) does not find cuda_runtime.h.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
-    pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
-        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl[${CONVEYOR_GPU_EXTRA}]" \
+    server_wheel="$(echo /wheels/conveyor_server-${CONVEYOR_VERSION}-*.whl)" \
+    && pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
+        "${server_wheel}[${CONVEYOR_GPU_EXTRA}]" \
     && python -c "from cuda.pathfinder import find_nvidia_header_directory as find; \
 raise SystemExit(0 if find('cudart') else 'no CUDA headers (cuda_runtime.h) for CuPy')"
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
@@ -101,7 +114,7 @@ ENV PATH=/opt/conveyor/bin:$PATH \
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=server/constraints.txt,target=/constraints.txt \
     pip install -c /constraints.txt "/wheels/conveyor-${CONVEYOR_VERSION}-py3-none-any.whl" \
-        "/wheels/conveyor_server-${CONVEYOR_VERSION}-py3-none-any.whl"
+        /wheels/conveyor_server-${CONVEYOR_VERSION}-*.whl
 COPY deploy/base/server.yaml /etc/conveyor/server.yaml
 USER 10001:10001
 WORKDIR /tmp
