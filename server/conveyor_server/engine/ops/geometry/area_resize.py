@@ -3,12 +3,12 @@ along shrinking axes, for linear interpolation with antialiasing (resize's defau
 
 Its bytes are OpenCV's ``INTER_AREA``. A uint8 image with 1, 3 or 4 channels goes to the
 server's compiled kernel (``area_kernel.c``), which computes the same float32 operations in
-the same order, ~1.9 x faster on a 350x340 to 224x224 window: OpenCV's generic loop was 41 % of
-the ResNet-50 pipeline's CPU. Anything else, and the sizes OpenCV resizes by another method
-(whole-number scales on both axes: its integer fast path), goes to OpenCV, as does every
-image where the kernel was not built (no C compiler at install): the bytes are the same
-either way (tests/engine/test_area_kernel.py), so the choice is not part of the behaviour
-identity.
+the same order at 0.57 of OpenCV's CPU on the ResNet-50 pipeline's windows
+(``bench/area_resize.py``): OpenCV's generic loop was 41 % of that pipeline's CPU.
+Anything else, and the sizes OpenCV resizes by another method (whole-number scales on both
+axes: its integer fast path), goes to OpenCV, as does every image where the kernel was not
+built (no C compiler at install): the bytes are the same either way
+(tests/engine/test_area_kernel.py), so the choice is not part of the behaviour identity.
 """
 
 from __future__ import annotations
