@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 MODULES = ("bench.throughput", "bench.batch_ops", "bench.transport", "bench.checkpointing",
-           "bench.memory", "bench.behaviour_probe", "bench.wire", "bench.resnet50",
+           "bench.memory", "bench.behaviour_probe", "bench.wire", "bench.area_resize",
+           "bench.resnet50",
            "bench.tf_adapter", "bench.fleet")
 
 
