@@ -135,6 +135,24 @@ def test_whole_number_scales_go_to_opencv() -> None:
 
 
 @needs_kernel
+def test_a_resize_past_the_scratch_limit_is_left_to_opencv() -> None:
+    # 200 rows of 100,000 pixels to 2 x 90,000: each output row's band is its 100 source rows,
+    # ~83 MB of scratch (the transposed band, its horizontal pass, the vertical pass's ring),
+    # past the kernel's 64 MB. It declines, leaving dst untouched, and OpenCV computes the
+    # bytes.
+    from conveyor_server.engine.ops.geometry._area_kernel import area_u8
+
+    image = np.random.default_rng(5).integers(0, 256, (200, 100_000, 1), dtype=np.uint8)
+    cols, rows = area_filter(100_000, 90_000), area_filter(200, 2)
+    out = np.zeros((2, 90_000, 1), np.uint8)
+    assert not area_u8(image.reshape(-1), 200, 100_000, 1, 100_000, out, 2, 90_000, cols.start,
+                       cols.weights, cols.taps, rows.start, rows.weights, rows.taps)
+    assert not out.any()
+    np.testing.assert_array_equal(area_resize.area_resize(image, (2, 90_000)),
+                                  opencv(image, (2, 90_000)))
+
+
+@needs_kernel
 def test_threads_share_the_kernel() -> None:
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, (int(h), 350, 3), dtype=np.uint8)

@@ -19,9 +19,10 @@
  * pipeline's windows it takes 0.57 of OpenCV's CPU (bench/area_resize.py).
  *
  * Python: area_u8(src, in_h, in_w, channels, row_stride, dst, out_h, out_w, x_start, x_weights,
- * x_taps, y_start, y_weights, y_taps) -> None, on contiguous buffers (src's rows row_stride
- * bytes apart, each in_w * channels bytes; dst's packed); the GIL is released while it
- * computes.
+ * x_taps, y_start, y_weights, y_taps) -> bool, on contiguous buffers (src's rows row_stride
+ * bytes apart, each in_w * channels bytes; dst's packed): True once dst holds the resize,
+ * False where the call would take more than SCRATCH_LIMIT of memory (dst untouched). The GIL
+ * is released while it computes.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000
@@ -44,6 +45,12 @@
 #define BAND_ROWS 64
 /* Rows the vertical pass's ring holds beyond those one output row reads. */
 #define RING_AHEAD 3
+/* The most scratch memory one call takes (bytes): a band is at least one output row's source
+ * rows, so a shrink by a very large factor, or a very wide image, would need more; such a
+ * call declines, and the caller resizes with OpenCV (the same bytes, O(width) memory). The
+ * ResNet-50 pipeline's windows take ~1 MB. */
+#define SCRATCH_LIMIT (64.0 * 1024 * 1024)
+#define DECLINED 1
 
 typedef struct {
     const uint8_t *src;
@@ -207,6 +214,8 @@ static long band_rows(const Area *a, long y0, long y1)
     return end - a->ys[y0];
 }
 
+/* 0: resized; DECLINED: its scratch memory would pass SCRATCH_LIMIT (nothing written);
+ * -1: out of memory. */
 static int resize(const Area *a)
 {
     const long lanes = a->ch == 3 ? 4 : a->ch;
@@ -217,9 +226,11 @@ static int resize(const Area *a)
         y0 = y1;
     }
     const long wl = a->out_w * lanes;
-    uint8_t *T = malloc((size_t)(a->in_w * most * lanes + wl));
-    float *H = malloc(sizeof(float)
-                      * (size_t)(a->out_w * most * lanes + (a->ty + RING_AHEAD + 1) * wl));
+    const double t_bytes = (double)(a->in_w * most * lanes + wl);
+    const double h_floats = (double)(a->out_w * most * lanes + (a->ty + RING_AHEAD + 1) * wl);
+    if (t_bytes + 4.0 * h_floats > SCRATCH_LIMIT) return DECLINED;
+    uint8_t *T = malloc((size_t)t_bytes);
+    float *H = malloc(sizeof(float) * (size_t)h_floats);
     float **taps = malloc(sizeof(float *) * (size_t)a->ty);
     if (T == NULL || H == NULL || taps == NULL) {
         free(T); free(H); free(taps);
@@ -262,8 +273,8 @@ static PyObject *area_u8(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer src, dst, xs, xw, ys, yw;
     long in_h, in_w, ch, stride, out_h, out_w, tx, ty;
-    if (!PyArg_ParseTuple(args, "y*llllw*lly*y*ly*y*l", &src, &in_h, &in_w, &ch, &stride, &dst, &out_h,
-                          &out_w, &xs, &xw, &tx, &ys, &yw, &ty)) {
+    if (!PyArg_ParseTuple(args, "y*llllw*lly*y*ly*y*l", &src, &in_h, &in_w, &ch, &stride, &dst,
+                          &out_h, &out_w, &xs, &xw, &tx, &ys, &yw, &ty)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -277,14 +288,14 @@ static PyObject *area_u8(PyObject *self, PyObject *args)
                && check_filter(&ys, &yw, ty, out_h, in_h, "y") == 0) {
         const Area a = {src.buf, in_h, in_w, ch, stride, dst.buf, out_h, out_w,
                         xs.buf, xw.buf, tx, ys.buf, yw.buf, ty};
-        int failed;
+        int outcome;
         Py_BEGIN_ALLOW_THREADS
-        failed = resize(&a);
+        outcome = resize(&a);
         Py_END_ALLOW_THREADS
-        if (failed) {
+        if (outcome < 0) {
             PyErr_NoMemory();
         } else {
-            result = Py_NewRef(Py_None);
+            result = PyBool_FromLong(outcome == 0);
         }
     }
     PyBuffer_Release(&src); PyBuffer_Release(&dst);
@@ -295,8 +306,9 @@ static PyObject *area_u8(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"area_u8", area_u8, METH_VARARGS,
-     "area_u8(src, in_h, in_w, channels, row_stride, dst, out_h, out_w, x_start, x_weights, x_taps, "
-     "y_start, y_weights, y_taps): the area resize of a uint8 image into dst."},
+     "area_u8(src, in_h, in_w, channels, row_stride, dst, out_h, out_w, x_start, x_weights, "
+     "x_taps, y_start, y_weights, y_taps) -> bool: the area resize of a uint8 image into dst; False "
+     "(dst untouched) where it would take more than its scratch limit."},
     {NULL, NULL, 0, NULL},
 };
 

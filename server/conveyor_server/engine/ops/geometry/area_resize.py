@@ -7,7 +7,8 @@ the same order at 0.57 of OpenCV's CPU on the ResNet-50 pipeline's windows
 (``bench/area_resize.py``): OpenCV's generic loop was 41 % of that pipeline's CPU.
 Anything else, and the sizes OpenCV resizes by another method (whole-number scales on both
 axes: its integer fast path), goes to OpenCV, as does every image where the kernel was not
-built (no C compiler at install): the bytes are the same either way
+built (no C compiler at install), and the rare resize that would take the kernel more than
+its scratch limit (64 MB): the bytes are the same either way
 (tests/engine/test_area_kernel.py), so the choice is not part of the behaviour identity.
 """
 
@@ -22,7 +23,7 @@ from conveyor_server.engine.ops.args import with_channels
 from conveyor_server.engine.ops.geometry.resize_filters import area_filter, inverse_scale
 
 
-def _load_kernel() -> Callable[..., None] | None:
+def _load_kernel() -> Callable[..., bool] | None:
     """The compiled kernel's entry point, or None where the server was installed without a C
     compiler (OpenCV then computes every area resize)."""
     try:
@@ -57,11 +58,15 @@ def _kernel_takes(image: np.ndarray, out_hw: tuple[int, int]) -> bool:
             and not (_opencv_fast_path(h, out_hw[0]) and _opencv_fast_path(w, out_hw[1])))
 
 
+def _opencv(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    out = cv2.resize(image, (out_hw[1], out_hw[0]), interpolation=cv2.INTER_AREA)
+    return with_channels(out, image.shape[2])
+
+
 def area_resize(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """``image`` (HWC, no axis growing) averaged down to ``out_hw``: a new C-contiguous array."""
     if not _kernel_takes(image, out_hw):
-        out = cv2.resize(image, (out_hw[1], out_hw[0]), interpolation=cv2.INTER_AREA)
-        return with_channels(out, image.shape[2])
+        return _opencv(image, out_hw)
     assert _AREA_U8 is not None
     h, w, channels = image.shape
     out_h, out_w = out_hw
@@ -72,6 +77,9 @@ def area_resize(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     span = (h - 1) * row_stride + w * channels
     flat = np.lib.stride_tricks.as_strided(image, shape=(span,), strides=(1,), writeable=False)
     out = np.empty((out_h, out_w, channels), dtype=np.uint8)
-    _AREA_U8(flat, h, w, channels, row_stride, out, out_h, out_w,
-             cols.start, cols.weights, cols.taps, rows.start, rows.weights, rows.taps)
+    if not _AREA_U8(flat, h, w, channels, row_stride, out, out_h, out_w,
+                    cols.start, cols.weights, cols.taps, rows.start, rows.weights, rows.taps):
+        # The kernel would need more scratch memory than it allows itself (a shrink by a
+        # very large factor, or a very wide image): OpenCV needs O(width).
+        return _opencv(image, out_hw)
     return out
