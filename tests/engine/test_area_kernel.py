@@ -5,11 +5,16 @@ instead of reading past a buffer, and threads share it."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import shlex
 import shutil
+import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
 
 import cv2
 import numpy as np
@@ -197,3 +202,61 @@ def test_inconsistent_arguments_are_refused() -> None:
         call(y_start=backwards)
     with pytest.raises(TypeError):
         call(dst=np.zeros((20, 20, 3), np.uint8)[::-1])  # not contiguous: no buffer to write
+
+
+SERVER = Path(__file__).resolve().parents[2] / "server"
+KERNEL_SOURCE = SERVER / "conveyor_server" / "engine" / "ops" / "geometry" / "area_kernel.c"
+
+
+def exact_floats() -> list[str]:
+    """The compiler flags server/setup.py builds the kernel with."""
+    for node in ast.parse((SERVER / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "EXACT_FLOATS":
+            flags: list[str] = ast.literal_eval(node.value)
+            return flags
+    raise AssertionError("server/setup.py names no EXACT_FLOATS")
+
+
+def build_variant(tmp_path: Path, name: str, flags: list[str]) -> ModuleType:
+    cc = c_compiler()
+    assert cc is not None
+    out = tmp_path / name / "_area_kernel.abi3.so"
+    out.parent.mkdir()
+    subprocess.run([cc, *exact_floats(), *flags, "-DAREA_KERNEL_ONE_BUILD", "-fPIC", "-shared",
+                    f"-I{sysconfig.get_paths()['include']}", str(KERNEL_SOURCE), "-o", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    spec = importlib.util.spec_from_file_location("_area_kernel", out)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_kernel
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the vector builds are x86-64's")
+def test_every_vector_width_computes_the_same_bytes(tmp_path: Path) -> None:
+    # The installed module picks its AVX2 or baseline loops when it loads. Built once with
+    # the baseline's 128-bit vectors only and once for this machine's widest (AVX-512 where
+    # it has it), the same source must give the installed module's bytes: no fused
+    # multiply-add, no reassociation, whatever the vector width.
+    from conveyor_server.engine.ops.geometry._area_kernel import area_u8
+
+    variants = {"baseline": build_variant(tmp_path, "baseline", []),
+                "native": build_variant(tmp_path, "native", ["-march=native"])}
+    rng = np.random.default_rng(11)
+    for _ in range(120):
+        h, w = (int(n) for n in rng.integers(1, 400, 2))
+        out_hw = (int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1)))
+        channels = int(rng.choice([1, 3, 4]))
+        image = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
+        cols, rows = area_filter(w, out_hw[1]), area_filter(h, out_hw[0])
+        outs = {}
+        for name, run in (("installed", area_u8),
+                          *((n, v.area_u8) for n, v in variants.items())):
+            out = np.empty((*out_hw, channels), np.uint8)
+            assert run(image.reshape(-1), h, w, channels, w * channels, out, *out_hw,
+                       cols.start, cols.weights, cols.taps, rows.start, rows.weights, rows.taps)
+            outs[name] = out
+        for name in variants:
+            np.testing.assert_array_equal(outs[name], outs["installed"],
+                                          err_msg=f"{name}: {image.shape} -> {out_hw}")

@@ -35,7 +35,12 @@
 #include <string.h>
 #include <math.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+/* AVX2 and baseline builds of the vector loops, chosen when the module loads. They compute
+ * the same numbers lane by lane (tests/engine/test_area_kernel.py builds this file without
+ * them, and for the build machine's widest vectors, and compares the bytes);
+ * AREA_KERNEL_ONE_BUILD leaves one build, for the compiler's target. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) \
+        && !defined(AREA_KERNEL_ONE_BUILD)
 #define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define VECTOR_CLONES
