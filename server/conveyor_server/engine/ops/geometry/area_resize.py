@@ -72,10 +72,12 @@ def area_resize(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     out_h, out_w = out_hw
     cols, rows = area_filter(w, out_w), area_filter(h, out_h)
     row_stride = image.strides[0]
-    # The image's bytes from its first pixel to its last, as one flat view (rows may be
-    # further apart than they are long: a window of a larger image).
-    span = (h - 1) * row_stride + w * channels
-    flat = np.lib.stride_tricks.as_strided(image, shape=(span,), strides=(1,), writeable=False)
+    if image.flags.c_contiguous:
+        flat = image.reshape(-1)
+    else:  # a window of a larger image: its bytes from its first pixel to its last
+        span = (h - 1) * row_stride + w * channels
+        flat = np.lib.stride_tricks.as_strided(image, shape=(span,), strides=(1,),
+                                               writeable=False)
     out = np.empty((out_h, out_w, channels), dtype=np.uint8)
     if not _AREA_U8(flat, h, w, channels, row_stride, out, out_h, out_w,
                     cols.start, cols.weights, cols.taps, rows.start, rows.weights, rows.taps):
