@@ -85,7 +85,9 @@ static void transpose_band(const Area *a, long r0, long rows, long lanes, uint8_
                     uint8_t *t = T + r * 4;
                     for (long s = sb; s < whole; s++) {
                         uint8_t four[16];
-                        for (int q = 0; q < 4; q++) memcpy(four + 4 * q, S + q * a->stride + s * 3, 4);
+                        for (int q = 0; q < 4; q++) {
+                            memcpy(four + 4 * q, S + q * a->stride + s * 3, 4);
+                        }
                         memcpy(t + s * rl, four, 16);
                     }
                 }
@@ -312,8 +314,8 @@ static PyObject *area_u8(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"area_u8", area_u8, METH_VARARGS,
      "area_u8(src, in_h, in_w, channels, row_stride, dst, out_h, out_w, x_start, x_weights, "
-     "x_taps, y_start, y_weights, y_taps) -> bool: the area resize of a uint8 image into dst; False "
-     "(dst untouched) where it would take more than its scratch limit."},
+     "x_taps, y_start, y_weights, y_taps) -> bool: the area resize of a uint8 image into dst; "
+     "False (dst untouched) where it would take more than its scratch limit."},
     {NULL, NULL, 0, NULL},
 };
 
