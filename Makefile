@@ -84,4 +84,5 @@ proto: $(TEST_STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out site
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out site server/build
+	rm -f server/conveyor_server/engine/ops/geometry/_area_kernel*.so
