@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         cap_decoders(cfg.limits.max_image_pixels)  # before OpenCV loads, with these:
         from conveyor_server.app.metrics import Metrics, serve_metrics
         from conveyor_server.engine.identity.behaviour.measure import measure
+        from conveyor_server.engine.ops.geometry.area_resize import KERNEL as AREA_KERNEL
         from conveyor_server.service.lifecycle import Runtime
         from conveyor_server.service.server import create_server, serve_health
 
@@ -223,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                               max_extent=cfg.limits.max_extent,
                               spec=spec_bounds(cfg.limits))
         behaviour = measure()
-        log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s)",
-                 len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu)
+        log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s); area "
+                 "resize: %s", len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu,
+                 AREA_KERNEL)
         metrics = Metrics(behaviour)
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,

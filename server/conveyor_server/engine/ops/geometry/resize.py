@@ -136,8 +136,10 @@ def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
         return image.copy()
     out = image
     for step_hw, method in steps:
-        out = area_resize(out, step_hw) if method == "area" else _cv_resize(out, step_hw,
-                                                                             INTERP[method])
+        if method == "area":
+            out = area_resize(out, step_hw)
+        else:
+            out = _cv_resize(out, step_hw, INTERP[method])
     return out
 
 
