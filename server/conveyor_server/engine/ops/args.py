@@ -110,6 +110,13 @@ def with_channels(result: np.ndarray, channels: int) -> np.ndarray:
     return result.reshape(result.shape[0], result.shape[1], channels)
 
 
+def cv_resize(image: np.ndarray, out_hw: tuple[int, int], interp: int) -> np.ndarray:
+    """OpenCV's resize of an HWC image to ``out_hw`` with ``interp`` (a ``cv2.INTER_*``),
+    keeping the channel axis."""
+    out = cv2.resize(image, (out_hw[1], out_hw[0]), interpolation=interp)
+    return with_channels(out, image.shape[2])
+
+
 # -- crop window (crop, crop_mirror_normalize) -------------------------------------------
 
 

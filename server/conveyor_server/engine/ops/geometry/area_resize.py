@@ -19,7 +19,7 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
-from conveyor_server.engine.ops.args import with_channels
+from conveyor_server.engine.ops.args import cv_resize
 from conveyor_server.engine.ops.geometry.resize_filters import area_filter, inverse_scale
 
 
@@ -58,15 +58,10 @@ def _kernel_takes(image: np.ndarray, out_hw: tuple[int, int]) -> bool:
             and not (_opencv_fast_path(h, out_hw[0]) and _opencv_fast_path(w, out_hw[1])))
 
 
-def _opencv(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    out = cv2.resize(image, (out_hw[1], out_hw[0]), interpolation=cv2.INTER_AREA)
-    return with_channels(out, image.shape[2])
-
-
 def area_resize(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
     """``image`` (HWC, no axis growing) averaged down to ``out_hw``: a new C-contiguous array."""
     if not _kernel_takes(image, out_hw):
-        return _opencv(image, out_hw)
+        return cv_resize(image, out_hw, cv2.INTER_AREA)
     assert _AREA_U8 is not None
     h, w, channels = image.shape
     out_h, out_w = out_hw
@@ -83,5 +78,5 @@ def area_resize(image: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
                     cols.start, cols.weights, cols.taps, rows.start, rows.weights, rows.taps):
         # The kernel would need more scratch memory than it allows itself (a shrink by a
         # very large factor, or a very wide image): OpenCV needs O(width).
-        return _opencv(image, out_hw)
+        return cv_resize(image, out_hw, cv2.INTER_AREA)
     return out

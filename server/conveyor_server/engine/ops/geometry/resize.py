@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from conveyor.errors import InvalidArgument, SpecError
@@ -21,9 +20,9 @@ from conveyor_server.engine.ops.args import (
     WARP_DTYPES,
     Targs,
     check_image,
+    cv_resize,
     round_half_away,
     scalar_arg,
-    with_channels,
 )
 from conveyor_server.engine.ops.geometry.area_resize import area_resize
 from conveyor_server.engine.ops.geometry.resize_filters import resize_steps
@@ -117,11 +116,6 @@ def _requested_size(ctx: OpContext) -> Callable[[Targs], tuple[float, float]]:
     return lambda targs: (get_y(targs), get_x(targs))
 
 
-def _cv_resize(image: np.ndarray, out_hw: tuple[int, int], interp: int) -> np.ndarray:
-    out = cv2.resize(image, (out_hw[1], out_hw[0]), interpolation=interp)
-    return with_channels(out, image.shape[2])
-
-
 def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
                  antialias: bool) -> np.ndarray:
     """Resize an HWC image to ``out_hw``, in the steps ``resize_steps`` chooses.
@@ -139,7 +133,7 @@ def resize_image(image: np.ndarray, out_hw: tuple[int, int], interp_type: str,
         if method == "area":
             out = area_resize(out, step_hw)
         else:
-            out = _cv_resize(out, step_hw, INTERP[method])
+            out = cv_resize(out, step_hw, INTERP[method])
     return out
 
 
