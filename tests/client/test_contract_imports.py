@@ -25,6 +25,14 @@ def loaded_after(code: str) -> set[str]:
     return set(out.split())
 
 
+def passes_in_a_fresh_interpreter(probe: str) -> None:
+    """Run ``probe`` (which prints ``ok`` at its end) in a fresh interpreter; fail with its
+    error output unless it printed ``ok`` alone."""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.stdout.split() == ["ok"], done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("code", [
     "from conveyor import fn, pipeline_def, types",
     "from conveyor.dali import fn, types, pipeline_def",
@@ -90,9 +98,7 @@ def test_every_public_name_resolves_to_its_modules_object_in_a_fresh_interpreter
              "exec('from conveyor import *', ns)\n"
              "assert set(conveyor.__all__) <= set(ns), set(conveyor.__all__) - set(ns)\n"
              "print('ok')")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.stdout.split() == ["ok"], done.stderr[-3000:]
+    passes_in_a_fresh_interpreter(probe)
     assert conveyor.__version__ == "0.1.0"
     assert set(conveyor.__all__) == {*PUBLIC, "__version__"}
 
@@ -107,9 +113,7 @@ def test_pipeline_def_stays_the_decorator_after_its_module_is_imported_first() -
              "from conveyor import pipeline_def as again\n"
              "assert again is pipeline_def and not isinstance(again, types.ModuleType)\n"
              "print('ok')")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.stdout.split() == ["ok"], done.stderr[-3000:]
+    passes_in_a_fresh_interpreter(probe)
 
 
 def test_a_parallel_sources_worker_loads_only_what_it_runs() -> None:
