@@ -326,11 +326,7 @@ def test_the_data_port_serves_rotated_certificate_files(start_server: Start, ima
                                                         pki: Pki) -> None:  # noqa: F811
     """As the gRPC port (test_tls): the files swapped as a Secret volume does it, the data
     port's next connection gets the new certificate; a half-written pair is not served."""
-    live, first = pki.folder / "live", pki.folder / "v1"
-    first.mkdir()
-    shutil.copy(pki.cert, first / "tls.crt")
-    shutil.copy(pki.key, first / "tls.key")
-    live.symlink_to(first)
+    live = pki.live_files()
     server = start_server("--tls-cert", str(live / "tls.crt"), "--tls-key",
                           str(live / "tls.key"), tls=pki.plain)
     spec = images_u8(str(image_root / "imgs"))
@@ -344,16 +340,11 @@ def test_the_data_port_serves_rotated_certificate_files(start_server: Start, ima
     assert peer_serial("127.0.0.1", port, pki.ca_file) == \
         peer_serial("127.0.0.1", server.port, pki.ca_file)
 
-    def swap_to(folder: Path) -> None:
-        link = pki.folder / "live.tmp"
-        link.symlink_to(folder)
-        link.replace(live)
-
     renewed = pki.ca.issue("127.0.0.1", "localhost")
     second = pki.folder / "v2"
     second.mkdir()
     renewed.write(second / "tls.crt", second / "tls.key")
-    swap_to(second)
+    pki.swap_live(second)
     wait_for(lambda: peer_serial("127.0.0.1", port, pki.ca_file) == renewed.serial,
              "the data port's renewed certificate")
     with client(server, tls=pki.plain) as c:
@@ -363,7 +354,7 @@ def test_the_data_port_serves_rotated_certificate_files(start_server: Start, ima
     third.mkdir()
     shutil.copy(second / "tls.key", third / "tls.key")
     (third / "tls.crt").write_bytes(pki.ca.issue("127.0.0.1").cert_pem)
-    swap_to(third)
+    pki.swap_live(third)
     assert peer_serial("127.0.0.1", port, pki.ca_file) == renewed.serial
     wait_for(lambda: "data channel: cannot read the TLS files again"
              in server.log_path.read_text(), "the refused pair in the log")

@@ -52,6 +52,23 @@ class Pki:
         """A client that verifies the server and presents no certificate."""
         return TlsOptions(ca_file=str(self.ca_file))
 
+    def live_files(self) -> Path:
+        """The server's certificate and key as a Kubernetes Secret volume serves them: a folder
+        per version (``v1``: these files) behind the link returned (``live``), which
+        ``swap_live`` points elsewhere."""
+        live, first = self.folder / "live", self.folder / "v1"
+        first.mkdir()
+        shutil.copy(self.cert, first / "tls.crt")
+        shutil.copy(self.key, first / "tls.key")
+        live.symlink_to(first)
+        return live
+
+    def swap_live(self, folder: Path) -> None:
+        """Point ``live`` at ``folder`` at once, as the kubelet swaps its ``..data`` link."""
+        link = self.folder / "live.tmp"
+        link.symlink_to(folder)
+        link.replace(self.folder / "live")
+
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
@@ -173,12 +190,7 @@ def test_rotated_certificate_files_serve_new_connections(
     """The files are replaced as a Kubernetes Secret volume does it (a new directory, the
     link swapped): the next connection gets the new certificate (its serial), an open
     connection keeps working, and a half-written pair is not served."""
-    live = pki.folder / "live"
-    first = pki.folder / "v1"
-    first.mkdir()
-    shutil.copy(pki.cert, first / "tls.crt")
-    shutil.copy(pki.key, first / "tls.key")
-    live.symlink_to(first)
+    live = pki.live_files()
     server = start_server("--tls-cert", str(live / "tls.crt"), "--tls-key",
                           str(live / "tls.key"), tls=pki.plain)
     old_serial = peer_serial("127.0.0.1", server.port, pki.ca_file)
@@ -190,9 +202,7 @@ def test_rotated_certificate_files_serve_new_connections(
     second = pki.folder / "v2"
     second.mkdir()
     renewed.write(second / "tls.crt", second / "tls.key")
-    swap = pki.folder / "live.tmp"
-    swap.symlink_to(second)
-    swap.replace(live)  # atomic, like the kubelet's ..data swap
+    pki.swap_live(second)
     assert renewed.serial != old_serial
     deadline = time.monotonic() + DEADLINE
     while (serial := peer_serial("127.0.0.1", server.port, pki.ca_file)) != renewed.serial:
@@ -209,9 +219,7 @@ def test_rotated_certificate_files_serve_new_connections(
     third.mkdir()
     shutil.copy(second / "tls.key", third / "tls.key")
     (third / "tls.crt").write_bytes(pki.ca.issue("127.0.0.1").cert_pem)
-    swap = pki.folder / "live.tmp"
-    swap.symlink_to(third)
-    swap.replace(live)
+    pki.swap_live(third)
     time.sleep(0.2)
     assert peer_serial("127.0.0.1", server.port, pki.ca_file) == renewed.serial
     assert "serving the certificate read before" in server.log()
