@@ -22,7 +22,7 @@ from typing import TypeVar
 import cv2
 import numpy as np
 
-from conveyor.channel import wait_serving
+from conveyor.transport.channel import wait_serving
 from conveyor_server.demo.launch import spawn_server, stop_server
 from conveyor_server.store.redis_process import RedisProcess
 

@@ -6,8 +6,8 @@ Windows: each bench JPEG decoded (RGB), one random window per image by DALI's ru
 0.08-1, aspect ratio 3/4-4/3, keyed by the image's index), shrunk to 224x224 on the axes
 that shrink, as ``resize`` does with ``antialias``; only windows that shrink on some axis
 (the kernel's work) are timed. One thread, OpenCV's own threads off, glibc's malloc tuned as
-servers and pipelines run it (``conveyor.allocator``); each run times every window once with
-each contender, alternating, in thread CPU time.
+servers and pipelines run it (``conveyor.transport.allocator``); each run times every window
+once with each contender, alternating, in thread CPU time.
 
 Target: the kernel costs <= 0.6 x OpenCV's CPU per resize (median of per-run ratios).
 
@@ -33,7 +33,7 @@ from bench._shared import (
     spread,
     table,
 )
-from conveyor.allocator import DEFAULT, tune_malloc
+from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor_server.engine.ops.decode.decode import decode_image
 from conveyor_server.engine.ops.geometry import area_resize
 

@@ -38,9 +38,10 @@ from bench._shared import (
     table,
     timed,
 )
-from conveyor import fn, pipeline_def, schema, types
-from conveyor.allocator import DEFAULT, tune_malloc
+from conveyor import fn, pipeline_def, types
+from conveyor.definition.schemas import registry as schema
 from conveyor.tensor_list import TensorList
+from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor.v1 import pipeline_pb2
 from conveyor_server import Pipeline
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, OpContext, build

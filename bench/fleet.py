@@ -11,7 +11,7 @@
   pipeline with the wait set to 0.
 - trainer cost: the trainer's CPU per received 224x224x3 float16 image (about 300 KB), from
   1 server's stream, a fan-in of 1 and a fan-in of 4, each with the batch bytes in gRPC
-  frames and on data channels (``conveyor/data_channel.py``), interleaved.
+  frames and on data channels (``conveyor/transport/data_channel.py``), interleaved.
 - random access: seek + run of one batch at arbitrary indices in the engine, against
   running in order, for the shuffled file reader and an external source.
 - tail: the longest wait for one batch when one of 3 workers is killed (-9), and when one
@@ -51,8 +51,8 @@ from bench._shared import (
     table,
 )
 from conveyor import fn, pipeline_def, types
-from conveyor.channel import wait_serving
-from conveyor.external_source import SampleInfo
+from conveyor.definition.external_source import SampleInfo
+from conveyor.transport.channel import wait_serving
 from conveyor_server.demo.launch import spawn_server, stop_server
 from conveyor_server.engine.pipeline import Pipeline
 from conveyor_server.store.redis_process import RedisProcess

@@ -70,7 +70,7 @@ from bench._shared import (
     table,
 )
 from conveyor import fn, pipeline_def, types
-from conveyor.allocator import DEFAULT, tune_malloc
+from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor_server import Pipeline
 
 THREADS = 2

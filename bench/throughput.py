@@ -18,7 +18,7 @@ Contenders (images/s, batch 8 and 64):
   which PIL antialiases), if ``torch`` imports (``pip install torch==2.13.0 pillow``)
 
 The benchmark process runs with the allocator settings the client applies when it opens a
-stream (``conveyor.allocator``), set once at the start, so every contender in it runs with
+stream (``conveyor.transport.allocator``), set once at the start, so every contender in it runs with
 the same malloc.
 
 Each run builds its contender afresh, warms it up with 2 batches, times a fixed number of
@@ -53,7 +53,7 @@ from bench._shared import (
     timed,
 )
 from conveyor import fn, pipeline_def, types
-from conveyor.allocator import DEFAULT, tune_malloc
+from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor_server import Pipeline
 
 THREADS = 2

@@ -4,13 +4,13 @@
   is one file's bytes (``fn.readers.file`` with batch size 1, the file in page cache), read
   with ``conveyor.Client`` (frames of 1 MiB, one copy into the batch buffer)
 - conveyor wire format: the same grpcio server process encoding a prebuilt batch with
-  ``conveyor.wire.encode_frames`` for every batch, received with ``BatchAssembler``: the
+  ``conveyor.transport.wire.encode_frames`` for every batch, received with ``BatchAssembler``: the
   cost of the stream format alone, without the engine and the acknowledgements
 - bare grpcio: a grpcio server process streaming prebuilt ``bytes`` messages of the same
   frame size (no protobuf, no assembly): what gRPC itself costs
 
 Every process here runs with the glibc malloc settings conveyor-server and the client use
-(``conveyor.allocator``): without them, the receiving side of every gRPC contender faults
+(``conveyor.transport.allocator``): without them, the receiving side of every gRPC contender faults
 in each megabyte afresh, and the comparison would measure the allocator.
 - raw TCP: a plain socket sender process and receiver (``recv_into`` one buffer): the
   ceiling on loopback
@@ -37,9 +37,9 @@ import numpy as np
 import conveyor
 from bench._shared import Server, interleaved, machine, median, parse_args, ratio, spread, table
 from conveyor import fn, pipeline_def
-from conveyor.allocator import DEFAULT, tune_malloc
 from conveyor.tensor_list import TensorList
-from conveyor.wire import BatchAssembler, encode_frames
+from conveyor.transport.allocator import DEFAULT, tune_malloc
+from conveyor.transport.wire import BatchAssembler, encode_frames
 
 SIZES = {"150 KB": 150_000, "1 MiB": 1 << 20, "8 MiB": 8 << 20}
 FRAME = 1 << 20

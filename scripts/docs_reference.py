@@ -1,7 +1,7 @@
 """The generated parts of the documentation site: the operator reference, from the operator
-schemas (``conveyor.schema.SCHEMAS``, which holds the readers', colour operators' and
-sources' schemas too), and the configuration reference, from the server's configuration
-dataclasses (``conveyor_server.app.config``) and its command-line flags.
+schemas (``conveyor.definition.schemas.registry.SCHEMAS``, which holds the readers', colour
+operators' and sources' schemas too), and the configuration reference, from the server's
+configuration dataclasses (``conveyor_server.app.config``) and its command-line flags.
 
 ``docs/hooks/reference.py`` calls these while MkDocs builds the site, so the reference pages
 are made from the code on every build and cannot fall behind it. Run directly, this prints
@@ -16,8 +16,8 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from conveyor import schema
-from conveyor.schema_args import Arg, OpSchema
+from conveyor.definition.schemas import registry as schema
+from conveyor.definition.schemas.args import Arg, OpSchema
 from conveyor_server.app import config as server_config
 from conveyor_server.app.main import FLAG_KEYS
 
@@ -110,7 +110,8 @@ def operator_section(name: str, op: OpSchema) -> str:
 
 
 def operators_markdown() -> str:
-    """Every operator of ``conveyor.schema.SCHEMAS``, grouped, with its arguments."""
+    """Every operator of ``conveyor.definition.schemas.registry.SCHEMAS``, grouped, with its
+    arguments."""
     remaining = dict(schema.SCHEMAS)
     out = []
     for title, belongs in _GROUPS:

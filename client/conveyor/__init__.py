@@ -8,7 +8,7 @@ opening, remote, fan-in, wire) is never loaded by the definition contract.
 
 ``import conveyor`` itself loads nothing more (no numpy, protobuf or gRPC): each public name
 is imported from its module the first time it is used (``_PUBLIC``). A process that needs
-one module (a parallel external source's worker: ``conveyor.source_closures`` and
+one module (a parallel external source's worker: ``conveyor.definition.source_closures`` and
 ``conveyor.errors``) pays for that module alone.
 """
 
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from conveyor import errors, fn, types
     from conveyor.client import Checkpoint, Client, RemotePipeline
-    from conveyor.credentials import TlsOptions
-    from conveyor.pipeline_decorator import pipeline_def
+    from conveyor.definition.decorator import pipeline_def
     from conveyor.tensor_list import TensorList
+    from conveyor.transport.credentials import TlsOptions
 
 __version__ = "0.1.0"
 
@@ -33,10 +33,10 @@ _PUBLIC = {
     "Client": "conveyor.client",
     "RemotePipeline": "conveyor.client",
     "TensorList": "conveyor.tensor_list",
-    "TlsOptions": "conveyor.credentials",
+    "TlsOptions": "conveyor.transport.credentials",
     "errors": "",
     "fn": "",
-    "pipeline_def": "conveyor.pipeline_decorator",
+    "pipeline_def": "conveyor.definition.decorator",
     "types": "",
 }
 

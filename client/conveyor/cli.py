@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, text_format
 
 from conveyor.client import Client
-from conveyor.credentials import add_tls_arguments, tls_from_args
+from conveyor.definition.spec import as_spec
 from conveyor.errors import ConveyorError, InvalidArgument, Unavailable
-from conveyor.spec import as_spec
 from conveyor.tensor_list import TensorList
+from conveyor.transport.credentials import add_tls_arguments, tls_from_args
 from conveyor.v1 import pipeline_pb2, service_pb2
 
 DEFAULT_SERVER = "127.0.0.1:50051"
@@ -338,8 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="release the name on any server, whoever holds it (a dead server)")
     args = p.parse_args(argv)
     if args.command == "tfrecord-index":
-        from conveyor import tfrecord
-
+        from conveyor.definition import tfrecord
         return tfrecord.index_command(args.files, args.index_dir, args.force)
     if args.command == "spec":
         try:

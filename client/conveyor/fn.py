@@ -1,12 +1,13 @@
 """Operators, spelled as DALI's ``fn`` module: ``fn.readers.file``, ``fn.rotate``, ...
 
 Each call records one operator in the pipeline being defined and returns its outputs as
-``DataNode``s. Constant arguments are validated against ``conveyor.schema`` at once. Every
-operator of ``conveyor.schema.SCHEMAS`` is here, made from its schema: ``rotate`` as
+``DataNode``s. Constant arguments are validated against
+``conveyor.definition.schemas.registry`` at once. Every operator of
+``conveyor.definition.schemas.registry.SCHEMAS`` is here, made from its schema: ``rotate`` as
 ``fn.rotate``, ``readers.file`` as ``fn.readers.file`` (a namespace per prefix), and
 under each of its ``aliases`` (``fn.experimental.equalize`` is ``fn.equalize``);
 ``external_source`` and ``python_function`` are wrapped to take a callable,
-``readers.tfrecord`` to take DALI's ``features`` dict (``conveyor.tfrecord``) and return
+``readers.tfrecord`` to take DALI's ``features`` dict (``conveyor.definition.tfrecord``) and return
 its outputs by feature name.
 """
 
@@ -16,13 +17,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from conveyor import expressions
-from conveyor import external_source as sources
+from conveyor.definition import expressions
+from conveyor.definition import external_source as sources
+from conveyor.definition.graph import make_op
+from conveyor.definition.schemas.registry import SCHEMAS
+from conveyor.definition.tfrecord import encode_features
+from conveyor.definition.unsupported import unknown_operator
 from conveyor.errors import SpecError
-from conveyor.graph import make_op
-from conveyor.schema import SCHEMAS
-from conveyor.tfrecord import encode_features
-from conveyor.unsupported import unknown_operator
 
 
 class Namespace:
@@ -49,7 +50,7 @@ class Namespace:
 def _declared_ops() -> dict[str, Any]:
     """The top-level operators by name (aliases too), and a namespace per prefix
     (``readers``, ``experimental``); ``math`` also holds DALI's ``fn.math`` functions
-    (``conveyor.expressions``)."""
+    (``conveyor.definition.expressions``)."""
     made = {op_type: make_op(op_type) for op_type in SCHEMAS}
     made.update({alias: made[op_type] for op_type, declared in SCHEMAS.items()
                  for alias in declared.aliases})

@@ -5,8 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from conveyor.external_source import BatchInfo, SampleInfo
-from conveyor.unsupported import PORTING_PAGE, not_supported
+from conveyor.definition.external_source import BatchInfo, SampleInfo
+from conveyor.definition.unsupported import PORTING_PAGE, not_supported
 
 
 class DALIImageType(StrEnum):

@@ -342,4 +342,4 @@ def test_importing_the_plugin_loads_neither_torch_nor_grpc() -> None:
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True, timeout=120).stdout.split())
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "grpc")}
-    assert "conveyor.remote" not in loaded
+    assert "conveyor.remote.pipeline" not in loaded

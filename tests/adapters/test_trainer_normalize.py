@@ -87,7 +87,7 @@ def test_random_windows_channels_and_arguments_match_the_servers_arithmetic() ->
     """Odd sizes, windows at the edges, mirrored views, 1-5 channels, one value or one per
     channel, any scale and shift (float16 overflowing to infinity included): the helper's
     bytes are those of the server's per-sample and per-batch code."""
-    from conveyor.normalization import folded_coefficients, next_pow2
+    from conveyor.definition.normalization import folded_coefficients, next_pow2
     from conveyor_server.engine.ops.args import per_channel
     from conveyor_server.engine.ops.normalize.normalize import normalize
     from conveyor_server.engine.ops.normalize.normalize_batch import normalize_batch

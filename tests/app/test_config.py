@@ -19,8 +19,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import conveyor
 from conveyor import errors
-from conveyor.channel import wait_serving
-from conveyor.credentials import TlsOptions
+from conveyor.transport.channel import wait_serving
+from conveyor.transport.credentials import TlsOptions
 from conveyor_server import Pipeline
 from conveyor_server.app import config as configuration
 from conveyor_server.app import config_loading

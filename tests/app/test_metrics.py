@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conveyor import errors
-from conveyor.wire import batch_header, encode_frames, header_frame
+from conveyor.transport.wire import batch_header, encode_frames, header_frame
 from conveyor_server import Pipeline, __version__
 from conveyor_server.app.metrics import engine_labels
 from conveyor_server.demo.run import rotate_pipeline

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from conveyor.acknowledgements import ACK_INTERVAL_S
-from conveyor.acknowledgements import Acknowledgements as _Acknowledgements
+from conveyor.transport.acknowledgements import ACK_INTERVAL_S
+from conveyor.transport.acknowledgements import Acknowledgements as _Acknowledgements
 from conveyor.v1 import service_pb2
 
 

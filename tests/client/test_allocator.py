@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 PATTERN = """
 import resource, sys
 import numpy as np
-from conveyor import allocator
+from conveyor.transport import allocator
 if sys.argv[1] == "tune":
     assert allocator.tune_malloc(allocator.DEFAULT)
 elif sys.argv[1] == "client":

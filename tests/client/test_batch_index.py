@@ -4,7 +4,7 @@ A stream starts at the position the client's first request names (its consumed c
 from the pipeline's start), so the n-th batch after it must carry exactly that count plus
 n. Any other index raises ``DataLoss`` naming both numbers: the batch is not returned, not
 counted and not acknowledged. The wrong indices come from a real gRPC server in this
-process that sends real frames (``conveyor.wire.encode_frames``) with a scripted index
+process that sends real frames (``conveyor.transport.wire.encode_frames``) with a scripted index
 sequence; the normal case runs against real ``conveyor-server`` processes.
 """
 
@@ -24,10 +24,10 @@ import pytest
 
 import conveyor
 from conveyor import errors
-from conveyor.channel import CHANNEL_OPTIONS
 from conveyor.tensor_list import TensorList
+from conveyor.transport.channel import CHANNEL_OPTIONS
+from conveyor.transport.wire import BatchAssembler, encode_frames
 from conveyor.v1 import service_pb2, service_pb2_grpc
-from conveyor.wire import BatchAssembler, encode_frames
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.resume import assert_same_stream, run_batches

@@ -17,8 +17,8 @@ import pytest
 
 import conveyor
 from conveyor import errors
-from conveyor.connection import server_targets
 from conveyor.torch import ConveyorDataset
+from conveyor.transport.connection import server_targets
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 

@@ -24,10 +24,10 @@ from types import SimpleNamespace
 import pytest
 
 import conveyor
-from conveyor import acknowledgements
-from conveyor.acknowledgements import Acknowledgements
-from conveyor.client import close_at_exit
-from conveyor.connection import CLOSE_WAIT_S
+from conveyor.remote.cluster import close_at_exit
+from conveyor.transport import acknowledgements
+from conveyor.transport.acknowledgements import Acknowledgements
+from conveyor.transport.connection import CLOSE_WAIT_S
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.redis_process import RedisProcess

@@ -38,7 +38,8 @@ def passes_in_a_fresh_interpreter(probe: str) -> None:
     "from conveyor.dali import fn, types, pipeline_def",
     "import conveyor.dali.fn as fn, conveyor.dali.types as types\n"
     "from conveyor.dali.pipeline import Pipeline, pipeline_def",
-    "import conveyor, conveyor.errors, conveyor.spec, conveyor.schema, conveyor.tensor_list",
+    "import conveyor, conveyor.errors, conveyor.definition.spec,"
+    " conveyor.definition.schemas.registry, conveyor.tensor_list",
     "from conveyor_server.engine.pipeline import Pipeline",
     "from conveyor_server import Pipeline",
 ])
@@ -46,19 +47,20 @@ def test_the_definition_contract_and_the_engine_load_no_grpc(code: str) -> None:
     loaded = loaded_after(code)
     grpc = sorted(m for m in loaded if m == "grpc" or m.startswith(("grpc.", "grpc_")))
     transport = sorted(m for m in loaded if m in {
-        "conveyor.client", "conveyor.connection", "conveyor.channel", "conveyor.credentials",
-        "conveyor.remote", "conveyor.opening", "conveyor.wire"})
+        "conveyor.client", "conveyor.transport.connection", "conveyor.transport.channel",
+        "conveyor.transport.credentials",
+        "conveyor.remote.pipeline", "conveyor.remote.opening", "conveyor.transport.wire"})
     assert not grpc and not transport, f"{code!r} loaded {grpc + transport}"
 
 
 def test_the_transport_loads_on_first_use() -> None:
     loaded = loaded_after("import conveyor\nconveyor.Client")
-    assert {"grpc", "conveyor.client", "conveyor.connection"} <= loaded
+    assert {"grpc", "conveyor.client", "conveyor.transport.connection"} <= loaded
 
 
 def test_the_transport_names_are_the_transport_modules_objects() -> None:
     from conveyor.client import Checkpoint, Client, RemotePipeline
-    from conveyor.credentials import TlsOptions
+    from conveyor.transport.credentials import TlsOptions
 
     assert (conveyor.Client, conveyor.RemotePipeline, conveyor.Checkpoint, conveyor.TlsOptions) \
         == (Client, RemotePipeline, Checkpoint, TlsOptions)
@@ -75,7 +77,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
 PUBLIC = {
     "Checkpoint": "conveyor.client", "Client": "conveyor.client",
     "RemotePipeline": "conveyor.client", "TensorList": "conveyor.tensor_list",
-    "TlsOptions": "conveyor.credentials", "pipeline_def": "conveyor.pipeline_decorator",
+    "TlsOptions": "conveyor.transport.credentials", "pipeline_def": "conveyor.definition.decorator",
     "errors": "conveyor.errors", "fn": "conveyor.fn", "types": "conveyor.types",
 }
 
@@ -105,10 +107,10 @@ def test_every_public_name_resolves_to_its_modules_object_in_a_fresh_interpreter
 
 def test_pipeline_def_stays_the_decorator_after_its_module_is_imported_first() -> None:
     """``conveyor.pipeline_def`` is the decorator whatever was imported before it: its
-    module has another name (``conveyor.pipeline_decorator``), so the import system never
+    module has another name (``conveyor.definition.decorator``), so the import system never
     binds a submodule over the public name."""
-    probe = ("import conveyor, conveyor.pipeline_decorator, types\n"
-             "from conveyor.pipeline_decorator import pipeline_def\n"
+    probe = ("import conveyor, conveyor.definition.decorator, types\n"
+             "from conveyor.definition.decorator import pipeline_def\n"
              "assert conveyor.pipeline_def is pipeline_def, conveyor.pipeline_def\n"
              "from conveyor import pipeline_def as again\n"
              "assert again is pipeline_def and not isinstance(again, types.ModuleType)\n"
@@ -122,6 +124,8 @@ def test_a_parallel_sources_worker_loads_only_what_it_runs() -> None:
     OpenCV (it was the whole package, definition contract included: ~0.2 s a worker)."""
     loaded = loaded_after("import conveyor_server.engine.stages.source_worker")
     ours = {m for m in loaded if m.startswith("conveyor.") and not m.startswith("conveyor.v1")}
-    assert ours == {"conveyor.errors", "conveyor.external_source", "conveyor.source_closures"}
+    # (``conveyor.definition`` is the room's package: its ``__init__`` holds its docstring.)
+    assert ours == {"conveyor.errors", "conveyor.definition", "conveyor.definition.external_source",
+                    "conveyor.definition.source_closures"}
     others = sorted(m for m in loaded if m.startswith(("grpc", "cv2", "torch", "redis")))
     assert not others, others

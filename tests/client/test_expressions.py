@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conveyor import fn
+from conveyor.definition.decorator import pipeline_def
+from conveyor.definition.graph import DataNode
+from conveyor.definition.schemas.registry import decode_args
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.graph import DataNode
-from conveyor.pipeline_decorator import pipeline_def
-from conveyor.schema import decode_args
 from conveyor.v1 import pipeline_pb2
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import conveyor
-from conveyor.connection import addresses
+from conveyor.transport.connection import addresses
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start, client

@@ -13,7 +13,7 @@ import pytest
 import conveyor
 from conveyor import errors, fn
 from conveyor.cli import main as cli
-from conveyor.spec import as_spec
+from conveyor.definition.spec import as_spec
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start, client

@@ -166,7 +166,7 @@ def _info(address: str, *, pipelines: int = 0, max_pipelines: int = 4, busy: flo
 def test_the_choice_weighs_free_capacity_and_never_draws_full_or_draining() -> None:
     import random
 
-    from conveyor.placement import Placement
+    from conveyor.remote.placement import Placement
 
     fleet = [_info("full", pipelines=4), _info("draining", draining=True),
              _info("big", max_pipelines=60), _info("small", max_pipelines=4)]

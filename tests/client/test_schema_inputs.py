@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.definition.schemas.registry import SCHEMAS, decode_value, encode_arg
 from conveyor.errors import SpecError
-from conveyor.schema import SCHEMAS, decode_value, encode_arg
 
 
 def test_input_counts_in_words() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import conveyor
-from conveyor import schema
 from conveyor.dali import fn, pipeline_def, types
+from conveyor.definition.schemas import registry as schema
 from conveyor.errors import InvalidArgument, NotSupported, SpecError
 from conveyor.v1 import pipeline_pb2
 

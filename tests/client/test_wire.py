@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from conveyor.tensor_list import TensorList
+from conveyor.transport.wire import BatchAssembler, encode_frames
 from conveyor.v1 import service_pb2
-from conveyor.wire import BatchAssembler, encode_frames
 
 
 def outputs(rng: np.random.Generator) -> tuple[TensorList, ...]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conveyor.definition.schemas.registry import SCHEMAS
 from conveyor.errors import CheckpointMismatch
-from conveyor.schema import SCHEMAS
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt

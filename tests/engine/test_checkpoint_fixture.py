@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, spec, types
+from conveyor import fn, pipeline_def, types
+from conveyor.definition import spec
 from conveyor.errors import CheckpointMismatch
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2

@@ -13,10 +13,10 @@ import pytest
 
 import conveyor_server
 from conveyor import pipeline_def as conveyor_pipeline_def
-from conveyor import spec as specs
 from conveyor.dali import fn, pipeline_def, types
+from conveyor.definition import spec as specs
+from conveyor.definition.pipeline import Pipeline as DefinedPipeline
 from conveyor.errors import FailedPrecondition, InvalidArgument, SpecMismatch
-from conveyor.pipeline import Pipeline as DefinedPipeline
 from conveyor.v1 import pipeline_pb2
 from tests.support.images import make_image_folder
 from tests.support.resume import Batch, batch_bytes, run_batches

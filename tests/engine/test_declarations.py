@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import fn
-from conveyor.schema import SCHEMAS, OpSchema
+from conveyor.definition.schemas.registry import SCHEMAS, OpSchema
 from conveyor_server.engine import catalog
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.cuda.ops import PLANNERS

@@ -318,8 +318,7 @@ def test_epoch_size_and_reader_meta(data: Path) -> None:
 
 def _add_unseeded_op(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """A deliberately broken operator: noise from an unkeyed generator."""
-    from conveyor import schema
-
+    from conveyor.definition.schemas import registry as schema
     monkeypatch.setitem(schema.SCHEMAS, "test.unkeyed_noise",
                         schema.OpSchema(1, ("images",), {"seed": schema.Arg("int", default=-1)}))
     unkeyed = np.random.default_rng()
@@ -336,7 +335,7 @@ def _add_unseeded_op(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     with_noise = dataclasses.replace(
         measured, digests={**measured.digests, "test.unkeyed_noise@cpu": b"\1" * 12})
     monkeypatch.setattr(pipeline_module, "process_behaviour", lambda: with_noise)
-    from conveyor.graph import make_op
+    from conveyor.definition.graph import make_op
     return make_op("test.unkeyed_noise")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conveyor import errors, fn, pipeline_def, types
-from conveyor.external_source import BatchInfo, SampleInfo, source_name
+from conveyor.definition.external_source import BatchInfo, SampleInfo, source_name
 from conveyor_server import Pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.stages.random_ops import RandomStage
@@ -300,7 +300,7 @@ def test_one_object_s_method_read_twice_is_one_source() -> None:
 
 
 def test_a_closure_over_plain_data_has_the_same_name_in_every_process() -> None:
-    code = ("from conveyor.external_source import source_name\n"
+    code = ("from conveyor.definition.external_source import source_name\n"
             "from tests.support import external_sources as es\n"
             "print(source_name(es.make_offset_source(20, 2.0, ('a', 'b'))))")
     repo = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 
 from conveyor import fn, pipeline_def
 from conveyor.dali.plugin.pytorch import DALIGenericIterator
-from conveyor.external_source import SampleInfo
+from conveyor.definition.external_source import SampleInfo
 
 BATCH = 4
 EPOCH = 10  # samples: two whole batches, the third cut short (dropped)

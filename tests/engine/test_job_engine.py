@@ -13,8 +13,8 @@ from conveyor import fn, pipeline_def
 from conveyor.errors import InvalidArgument
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt
-from conveyor_server.engine.job_share import Share
 from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.engine.stages.job_share import Share
 from tests.engine.test_train_ops_engine import train_ops
 from tests.support.resume import batch_bytes, reference
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conveyor import types
-from conveyor.normalization import folded_coefficients
+from conveyor.definition.normalization import folded_coefficients
 from conveyor_server.engine import catalog
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.normalize import normalize, normalize_table

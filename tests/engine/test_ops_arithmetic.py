@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conveyor import fn
+from conveyor.definition.decorator import pipeline_def
 from conveyor.errors import InvalidArgument
-from conveyor.pipeline_decorator import pipeline_def
 from conveyor_server import Pipeline
 from conveyor_server.engine.ops.registry import SampleOp
 from tests.support.op_helpers import build

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
+from conveyor.definition.schemas.registry import SCHEMAS
 from conveyor.errors import InvalidArgument
-from conveyor.schema import SCHEMAS
 from conveyor_server.engine import catalog
 from tests.support.op_helpers import build, gradient, noise, run
 

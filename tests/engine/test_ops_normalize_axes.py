@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conveyor.definition.schemas.registry import SCHEMAS
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.schema import SCHEMAS
 from conveyor_server.engine import catalog
 from tests.support.op_helpers import build, noise, run
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def
+from conveyor.definition.schemas.registry import encode_arg
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.schema import encode_arg
 from conveyor_server.engine import catalog
 from tests.support.op_helpers import build, gradient, noise, run
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def, types
+from conveyor.definition.schemas.registry import encode_arg
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.schema import encode_arg
 from conveyor_server.engine import catalog
 from conveyor_server.engine.ops.geometry import warp_affine
 from tests.support.op_helpers import build, gradient, noise, run

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from conveyor import errors, fn, pipeline_def, types
-from conveyor import spec as specs
-from conveyor.external_source import SampleInfo
+from conveyor.definition import spec as specs
+from conveyor.definition.external_source import SampleInfo
 from conveyor_server import Pipeline
 from tests.support import external_sources as es
 from tests.support.resume import assert_same_stream, run_batches

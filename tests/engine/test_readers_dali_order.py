@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def
-from conveyor import tfrecord as tfrec
+from conveyor.definition import tfrecord as tfrec
 from conveyor_server import Pipeline
 from tests.support import record_data
 

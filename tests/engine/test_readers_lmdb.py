@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, schema
+from conveyor import fn, pipeline_def
+from conveyor.definition.schemas import registry as schema
 from conveyor.errors import (
     DataChanged,
     DataFileError,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conveyor import fn, pipeline_def, types
-from conveyor import tfrecord as tfrec
+from conveyor.definition import tfrecord as tfrec
 from conveyor_server import Pipeline
 from conveyor_server.engine.identity import checkpoint as ckpt
 from tests.support.lmdb_data import make_caffe, make_caffe2

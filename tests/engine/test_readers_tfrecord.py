@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from conveyor import fn, pipeline_def
-from conveyor import tfrecord as tfrec
 from conveyor.cli import main as cli_main
-from conveyor.crc32c import crc32c
 from conveyor.dali import tfrecord as dali_tfrec
+from conveyor.definition import tfrecord as tfrec
+from conveyor.definition.crc32c import crc32c
+from conveyor.definition.spec import as_spec
 from conveyor.errors import DataChanged, DataFileError, ResourceExhausted, SpecError
-from conveyor.spec import as_spec
 from conveyor_server import Pipeline
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.data.listings import MemoryListings

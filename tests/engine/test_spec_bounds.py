@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from conveyor import errors, fn, pipeline_def
-from conveyor.schema import encode_arg
+from conveyor.definition.schemas.registry import encode_arg
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2, service_pb2, service_pb2_grpc
 from conveyor_server import Pipeline
 from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds

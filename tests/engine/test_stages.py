@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conveyor.definition.schemas.registry import decode_args, encode_arg
+from conveyor.definition.tfrecord import FixedLenFeature, encode_features, int64
 from conveyor.errors import CorruptCheckpoint, SpecError
-from conveyor.schema import decode_args, encode_arg
-from conveyor.tfrecord import FixedLenFeature, encode_features, int64
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import catalog
 from conveyor_server.engine.admission.limits import NO_LIMITS

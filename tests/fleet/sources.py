@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from conveyor.external_source import SampleInfo
+from conveyor.definition.external_source import SampleInfo
 
 SALT = "FLEET_TEST_SALT"
 SALTED = "tests.fleet.sources:salted"

@@ -15,7 +15,7 @@ import yaml
 
 import conveyor
 from conveyor import errors
-from conveyor.connection import error_of
+from conveyor.transport.connection import error_of
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
 from tests.fleet.support import REPO, fleet, rotating, source_env, trainer

@@ -20,7 +20,7 @@ import pytest
 
 import conveyor
 from conveyor import fn, pipeline_def, types
-from conveyor.fan_in_worker import Worker
+from conveyor.remote.fan_in_worker import Worker
 from tests.fleet.holding_proxy import HoldingProxy
 from tests.fleet.sources import SALT, SALTED
 from tests.fleet.support import source_env

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from conveyor import schema
+from conveyor.definition.schemas import registry as schema
 from conveyor_server.app import config as server_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,11 @@
-"""No import circles between the project's modules, lazy imports included.
+"""No import circles between the project's modules, lazy and annotation-only imports included.
 
-Every ``import`` and ``from ... import`` anywhere in a module, inside functions included, is
-an edge, except those under ``if TYPE_CHECKING:`` (an annotation names a type without
-loading its module: ``opening.py`` annotates its ``client`` argument as ``Client``); ``from
-package import name`` is an edge to the submodule ``package.name`` when there is one, else
-to the package. A circle is a strongly connected group of two or more modules, found by
-Tarjan's algorithm over that graph.
+Every ``import`` and ``from ... import`` anywhere in a module is an edge: inside functions,
+and under ``if TYPE_CHECKING:`` too (two modules that name each other's types are one knot,
+whether or not Python trips on it at run time); ``from package import name`` is an edge to
+the submodule ``package.name`` when there is one, else to the package. A circle is a
+strongly connected group of two or more modules, found by Tarjan's algorithm over that
+graph.
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ def imported(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            node.body = []  # annotations only: not an import at run time
-    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names if alias.name in known)
         elif isinstance(node, ast.ImportFrom):
@@ -58,11 +55,6 @@ def imported(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
                     out.add(target)
     out.discard(name)
     return out
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -114,7 +106,7 @@ def test_no_module_imports_itself_back_through_others() -> None:
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-def test_the_finder_sees_lazy_and_relative_imports_not_type_checking_ones(
+def test_the_finder_sees_lazy_relative_and_type_checking_imports(
         tmp_path: Path) -> None:
     pkg = tmp_path / "p"
     pkg.mkdir()
@@ -127,8 +119,9 @@ def test_the_finder_sees_lazy_and_relative_imports_not_type_checking_ones(
     (pkg / "d.py").write_text("from p import a\n")
     known = {f"p.{m}": pkg / f"{m}.py" for m in "abcd"} | {"p": pkg / "__init__.py"}
     graph = {name: imported(name, path, known) for name, path in known.items()}
-    assert graph["p.a"] == {"p.b"} and graph["p.b"] == {"p.c"} and graph["p.c"] == {"p.a"}
-    assert circles(graph) == [["p.a", "p.b", "p.c"]]
+    assert graph["p.a"] == {"p.b"} and graph["p.b"] == {"p.c", "p.d"}
+    assert graph["p.c"] == {"p.a"} and graph["p.d"] == {"p.a"}
+    assert circles(graph) == [["p.a", "p.b", "p.c", "p.d"]]
 
 
 @pytest.mark.parametrize(("graph", "expected"), [

@@ -89,8 +89,7 @@ ENGINE_ALLOWED: dict[str, set[str]] = {
 FOUNDATIONS = {"keyed_random", "catalog"}
 #: The run loop: the modules at the engine's top, foundations included.
 RUN_LOOP = {"batch_queue", "batch_work", "catalog", "checkpoint_writer", "gpu_staging",
-            "job_share", "keyed_random", "pipeline", "plan", "segments", "stage_positions",
-            "staging"}
+            "keyed_random", "pipeline", "plan", "segments", "staging"}
 
 
 def engine_imports(path: Path) -> dict[str, int]:
@@ -144,3 +143,100 @@ def test_the_engine_room_check_sees_what_a_module_imports(tmp_path: Path) -> Non
                       "def f():\n    from conveyor_server.engine.data.roots import DataRoots\n"
                       "import conveyor_server.engine.ops.registry\n")
     assert engine_imports(module) == {"keyed_random": 1, "data": 3, "ops": 4}
+
+
+def test_the_engine_top_holds_at_most_ten_modules() -> None:
+    assert len(RUN_LOOP) <= 10
+
+
+# -- the client's rooms ----------------------------------------------------------------------
+
+CLIENT = ROOT / "client" / "conveyor"
+#: The client's public face: the modules at its top (``__init__`` included).
+CLIENT_FACE = {"__init__", "errors", "tensor_list", "types", "fn", "client", "cli"}
+#: Each part of the client (a room, or a module of the face) -> the parts it may import.
+#: ``v1`` (the generated messages) may be imported by every part.
+CLIENT_ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "tensor_list": set(),
+    "definition": {"errors", "tensor_list"},
+    "types": {"definition"},
+    "fn": {"definition", "errors"},
+    "transport": {"errors", "tensor_list"},
+    "remote": {"transport", "definition", "errors", "tensor_list"},
+    "client": {"remote", "transport", "definition", "errors"},
+    "dali": {"definition", "errors", "fn", "tensor_list", "types", "client", "remote",
+             "transport", "torch"},
+    "torch": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
+    "tf": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
+    "cli": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
+}
+CLIENT_ROOMS = ("definition", "transport", "remote", "dali", "torch", "tf")
+
+
+def client_parts_imported(path: Path) -> dict[str, int]:
+    """The client's parts a module imports (anywhere in it, functions and annotations
+    included) -> a line doing so."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "conveyor" and len(parts) > 1:
+                found.setdefault(parts[1], node.lineno)
+    return found
+
+
+def test_the_client_top_holds_its_public_face_and_rooms() -> None:
+    modules = {p.stem for p in CLIENT.glob("*.py")}
+    rooms = {p.parent.name for p in CLIENT.glob("*/__init__.py")} - {"v1"}
+    assert modules == CLIENT_FACE
+    assert len(modules) <= 12
+    assert rooms == set(CLIENT_ROOMS)
+
+
+@pytest.mark.parametrize("part", sorted(CLIENT_ALLOWED))
+def test_each_client_part_imports_only_what_it_may(part: str) -> None:
+    files = sorted((CLIENT / part).rglob("*.py")) if part in CLIENT_ROOMS \
+        else [CLIENT / f"{part}.py"]
+    allowed = CLIENT_ALLOWED[part] | {part, "v1"}
+    wrong = [f"{m.relative_to(CLIENT)}:{line} imports conveyor.{other}"
+             for m in files for other, line in client_parts_imported(m).items()
+             if other not in allowed]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("room", ("definition", "definition/schemas", "transport", "remote"))
+def test_each_client_room_says_what_it_holds_and_may_import(room: str) -> None:
+    doc = ast.get_docstring(ast.parse((CLIENT / room / "__init__.py").read_text())) or ""
+    assert "Imports:" in doc, f"client/conveyor/{room}/__init__.py: say what it may import"
+    assert len(doc.split("Imports:")[0].split()) > 10, f"{room}: say what it holds"
+
+
+def test_the_definition_contract_never_imports_grpc() -> None:
+    wrong = [str(m.relative_to(CLIENT)) for m in sorted((CLIENT / "definition").rglob("*.py"))
+             if {"grpc", "grpc_status"} & {n.split(".")[0] for n in _module_names(m)}]
+    assert not wrong, wrong
+
+
+def _module_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_client_room_check_sees_what_a_module_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from conveyor import errors\n"
+                      "def f():\n    from conveyor.remote.cluster import Cluster\n"
+                      "import conveyor.transport.wire\n")
+    assert client_parts_imported(module) == {"errors": 1, "remote": 3, "transport": 4}

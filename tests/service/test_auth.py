@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import conveyor
 from conveyor import errors
-from conveyor.channel import SERVICE_NAME, bearer
-from conveyor.credentials import TlsOptions, read_token
+from conveyor.transport.channel import SERVICE_NAME, bearer
+from conveyor.transport.credentials import TlsOptions, read_token
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.service.tokens import TokenFileError, parse_tokens
 from tests.support.certs import CertificateAuthority

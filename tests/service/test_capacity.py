@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from conveyor import errors
-from conveyor.channel import STREAM_BATCHES_PATH, health_status
+from conveyor.transport.channel import STREAM_BATCHES_PATH, health_status
 from conveyor.v1 import service_pb2
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.servers import Start, client, wait_for

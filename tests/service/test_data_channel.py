@@ -22,11 +22,11 @@ import yaml
 
 import conveyor
 from conveyor import fn, pipeline_def, types
-from conveyor.channel import AUTHORIZATION_KEY, STREAM_BATCHES_PATH, bearer
-from conveyor.credentials import TlsOptions, open_channel
-from conveyor.data_channel import Dialer, Unreachable
+from conveyor.transport.channel import AUTHORIZATION_KEY, STREAM_BATCHES_PATH, bearer
+from conveyor.transport.credentials import TlsOptions, open_channel
+from conveyor.transport.data_channel import Dialer, Unreachable
+from conveyor.transport.wire import parse_frame, parse_offer
 from conveyor.v1 import service_pb2
-from conveyor.wire import parse_frame, parse_offer
 from conveyor_server.demo.run import rotate_pipeline
 from tests.app.test_metrics import scrape
 from tests.fleet.holding_proxy import HoldingProxy

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conveyor import errors
-from conveyor.data_channel import TICKET_BYTES, Attempt, Dialer
+from conveyor.transport.data_channel import TICKET_BYTES, Attempt, Dialer
 from conveyor.v1 import service_pb2
 from conveyor_server.service import data_port
 from conveyor_server.service.data_port import DataSink

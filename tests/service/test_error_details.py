@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from conveyor import errors
-from conveyor.schema import encode_arg
+from conveyor.definition.schemas.registry import encode_arg
 from conveyor.v1 import service_pb2, service_pb2_grpc
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.servers import Start, client

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from conveyor.channel import SERVING, health_status
+from conveyor.transport.channel import SERVING, health_status
 from conveyor.v1 import checkpoint_pb2, service_pb2
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline

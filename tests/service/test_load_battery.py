@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from conveyor import errors
-from conveyor.channel import health_status
+from conveyor.transport.channel import health_status
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.servers import ServerProcess, Start, client, wait_for
 

@@ -17,8 +17,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from conveyor import errors
-from conveyor.channel import SERVICE_NAME, STREAM_BATCHES_PATH
-from conveyor.schema import encode_arg
+from conveyor.definition.schemas.registry import encode_arg
+from conveyor.transport.channel import SERVICE_NAME, STREAM_BATCHES_PATH
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
@@ -150,7 +150,7 @@ def test_positions_and_requests_that_cannot_be_are_invalid_argument(
         with pytest.raises(errors.InvalidArgument, match="beyond the furthest position"):
             c.restore("pos-copy", checkpoint=saved.id, consumed=2**64 - 1)
         with pytest.raises(errors.InvalidArgument, match="needs a checkpoint_id"):
-            c._call("Restore", service_pb2.RestoreRequest(name="pos-copy"))
+            c.call("Restore", service_pb2.RestoreRequest(name="pos-copy"))
         with pytest.raises(errors.InvalidArgument, match="checkpoint id"):
             c.restore("pos-copy", checkpoint="no id at all")
         with pytest.raises(errors.DataLoss):

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, spec, types
+from conveyor import fn, pipeline_def, types
+from conveyor.definition import spec
 from conveyor.errors import DataFileError
 from conveyor_server import Pipeline
 from tests.app.test_metrics import metric

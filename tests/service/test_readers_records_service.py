@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conveyor import errors, fn, pipeline_def
-from conveyor import tfrecord as tfrec
+from conveyor.definition import tfrecord as tfrec
 from conveyor_server import Pipeline
 from tests.support.record_data import write_coco, write_tfrecords
 from tests.support.resume import assert_same_stream, run_batches

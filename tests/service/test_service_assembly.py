@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.channel import SERVICE_NAME, wait_serving
 from conveyor.client import Client
 from conveyor.errors import NotFound, Unauthenticated
+from conveyor.transport.channel import SERVICE_NAME, wait_serving
 from conveyor_server.app.metrics import Metrics
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.service import rpc_kinds

@@ -20,7 +20,7 @@ import pytest
 
 import conveyor
 from conveyor import errors
-from conveyor.credentials import TlsOptions
+from conveyor.transport.credentials import TlsOptions
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 from tests.support.certs import CertificateAuthority, peer_serial

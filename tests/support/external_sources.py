@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.external_source import BatchInfo, SampleInfo
+from conveyor.definition.external_source import BatchInfo, SampleInfo
 
 BATCH = 4
 

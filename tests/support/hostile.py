@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 from hypothesis import strategies as st
 
-from conveyor.channel import SERVICE_NAME
-from conveyor.schema import SCHEMAS, Arg
+from conveyor.definition.schemas.registry import SCHEMAS, Arg
+from conveyor.transport.channel import SERVICE_NAME
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2, service_pb2
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.service.registration import CONVEYOR
@@ -243,7 +243,7 @@ def crafted_blobs(draw: st.DrawFn, body: checkpoint_pb2.CheckpointBody,
 
 
 def _fingerprint(spec: pipeline_pb2.PipelineSpec) -> bytes:
-    from conveyor.spec import fingerprint
+    from conveyor.definition.spec import fingerprint
     return fingerprint(spec)
 
 

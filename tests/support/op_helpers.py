@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from conveyor.schema import decode_args, encode_arg
+from conveyor.definition.schemas.registry import decode_args, encode_arg
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine import catalog
 from conveyor_server.engine.ops.registry import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.spec import Definition
+from conveyor.definition.spec import Definition
 from conveyor.tensor_list import TensorList
 from conveyor_server import Pipeline
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import conveyor
-from conveyor.channel import wait_serving
-from conveyor.credentials import TlsOptions
 from conveyor.errors import Unavailable
+from conveyor.transport.channel import wait_serving
+from conveyor.transport.credentials import TlsOptions
 from conveyor_server.demo.launch import (
     launch_server,
     listening_address,

@@ -4,7 +4,8 @@
 ``import conveyor.dali.types as types``, ``from conveyor.dali.pipeline import pipeline_def,
 Pipeline``, ``from conveyor.dali import tfrecord as tfrec``) give Conveyor's operators,
 constants and decorator under DALI's module names. They are ``conveyor.fn``,
-``conveyor.types``, ``conveyor.tfrecord`` and the decorator ``conveyor.pipeline_def``: where
+``conveyor.types``, ``conveyor.definition.tfrecord`` and the decorator
+``conveyor.pipeline_def``: where
 Conveyor differs from DALI is in docs/porting-from-dali.md. DALI's PyTorch iterators are
 ``conveyor.dali.plugin.pytorch`` (imported on its own: it loads torch when an iterator is
 made). A name DALI has and Conveyor does not raises ``conveyor.errors.NotSupported``.

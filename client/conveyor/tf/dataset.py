@@ -42,8 +42,8 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
+from conveyor.definition.spec import Definition, as_spec
 from conveyor.errors import FailedPrecondition, InvalidArgument
-from conveyor.spec import Definition, as_spec
 from conveyor.tf.stream import BatchStream, parallel_arguments
 from conveyor.tf.tensors import signature_of, value_of
 

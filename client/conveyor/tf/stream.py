@@ -5,7 +5,7 @@ TensorFlow asks for batch ``i`` (``i`` counted from the pipeline's start, as
 dataset's start, a restored one from the position its checkpoint holds. The stream serves
 the batch it is at; asked for another, it reopens the pipeline there with ``Client.open``
 (O(1) on the server: no replay), on any server of the list. A data-parallel job's rank
-counts its steps the same way (``conveyor.opening``): batch ``i`` is its share of step
+counts its steps the same way (``conveyor.remote.opening``): batch ``i`` is its share of step
 ``i``.
 
 Once closed, it opens nothing again. tf.data computes batches ahead on threads of its own,
@@ -24,7 +24,7 @@ from typing import Any
 
 from conveyor.client import Client
 from conveyor.errors import FailedPrecondition
-from conveyor.remote import Batch, RemotePipeline
+from conveyor.remote.pipeline import Batch, RemotePipeline
 from conveyor.v1 import pipeline_pb2
 
 

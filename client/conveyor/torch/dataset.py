@@ -9,7 +9,7 @@ pin for) and copied to ``device``.
 In a data-parallel job (``rank`` / ``world_size``, by default torch.distributed's when it
 is initialised) each rank's dataset yields its share of one global sequence: at every step
 rank r gets the r-th of the next ``world_size`` batches of the one-rank pipeline (see
-``conveyor.opening``). Its state is the job's position (the step, and the global
+``conveyor.remote.opening``). Its state is the job's position (the step, and the global
 batches before it), so a job saved at a step goes on from there with any world size.
 
 The dataset opens its pipeline with ``Client.open`` when iteration starts, so the same code
@@ -31,11 +31,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from conveyor.client import Checkpoint, Client
-from conveyor.connection import PIPELINE_HINT, server_targets
+from conveyor.definition.spec import Definition, as_spec
 from conveyor.errors import DataLoss, FailedPrecondition, InvalidArgument
-from conveyor.remote import RemotePipeline
-from conveyor.spec import Definition, as_spec
+from conveyor.remote.pipeline import RemotePipeline
 from conveyor.tensor_list import TensorList
+from conveyor.transport.connection import PIPELINE_HINT, server_targets
 
 #: The version of ``state_dict()``'s layout.
 STATE_VERSION = 1

@@ -2,7 +2,7 @@
 pixels as uint8 and the trainer normalises them where it trains, on its GPU or CPU.
 
 The wire then carries one byte per value instead of four (float32) or two (float16). The
-arithmetic is the server operator's (``conveyor.normalization``): on the CPU in float32
+arithmetic is the server operator's (``conveyor.definition.normalization``): on the CPU in float32
 the result is bit for bit what the server's ``crop_mirror_normalize`` would have sent.
 Crop and mirror stay on the server, where their random draws are keyed; this helper takes
 their output.
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.definition.normalization import folded_coefficients, next_pow2
 from conveyor.errors import InvalidArgument
-from conveyor.normalization import folded_coefficients, next_pow2
 
 LAYOUTS = ("CHW", "HWC")
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from conveyor.allocator import AllocatorSettings, tune_malloc
-from conveyor.channel import host_port
 from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument
+from conveyor.transport.allocator import AllocatorSettings, tune_malloc
+from conveyor.transport.channel import host_port
 from conveyor_server.app import config as configuration
 from conveyor_server.app import config_loading
 from conveyor_server.app.decoder_caps import cap_decoders

@@ -25,7 +25,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import start_http_server
 
-from conveyor.channel import host_port
+from conveyor.transport.channel import host_port
 from conveyor_server import __version__
 from conveyor_server.app.load_metrics import PipelineLoad, ServerLoad
 from conveyor_server.engine import keyed_random

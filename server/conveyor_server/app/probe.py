@@ -23,9 +23,14 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health_pb2
 
-from conveyor.channel import SERVICE_NAME, SERVING, health_status
-from conveyor.credentials import TlsOptions, add_tls_arguments, open_channel, tls_from_args
 from conveyor.errors import ConveyorError
+from conveyor.transport.channel import SERVICE_NAME, SERVING, health_status
+from conveyor.transport.credentials import (
+    TlsOptions,
+    add_tls_arguments,
+    open_channel,
+    tls_from_args,
+)
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 DEFAULT_SERVICE = SERVICE_NAME

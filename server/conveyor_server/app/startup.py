@@ -11,8 +11,8 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 
 from conveyor import errors
-from conveyor import spec as specs
 from conveyor.client import Client
+from conveyor.definition import spec as specs
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.app.config import ConfigError, PipelineEntry
 

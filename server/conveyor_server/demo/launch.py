@@ -1,5 +1,5 @@
 """Start ``conveyor-server`` as a subprocess, read the address it listens on, and stop it:
-for the demo, the tests and the benchmarks (``conveyor.channel.wait_serving`` waits until
+for the demo, the tests and the benchmarks (``conveyor.transport.channel.wait_serving`` waits until
 it serves)."""
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ import cv2
 import numpy as np
 
 import conveyor
-from conveyor.channel import wait_serving
 from conveyor.errors import ConveyorError, Unavailable
+from conveyor.transport.channel import wait_serving
 from conveyor_server.demo.launch import spawn_server, stop_server
 from conveyor_server.demo.pipelines import rotate_pipeline
 from conveyor_server.demo.sample_data import make_image_folder

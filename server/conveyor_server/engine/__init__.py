@@ -10,8 +10,6 @@ Its top holds the run loop, one job a module:
 - ``segments.py``, ``batch_work.py``: running one batch's per-sample and per-batch work;
 - ``staging.py``, ``gpu_staging.py``: a batch's outputs staged into the output ring as it
   becomes ready, copied out of the GPU;
-- ``job_share.py``: a data-parallel rank's share of the global batches;
-- ``stage_positions.py``: where the source stages stand, at the start and at any step;
 - ``checkpoint_writer.py``: what a pipeline's checkpoint records at a position.
 
 Beside them two foundations every room may use: keyed random numbers
@@ -25,7 +23,9 @@ The rooms beneath, each saying in its ``__init__`` what it holds and may import:
 - ``device/``: accelerators, CUDA streams and the pinned output ring;
 - ``ops/``: the operators by kind (geometry, decode, colour, normalize), their GPU forms
   (``ops/cuda``) and the behaviour probes' contract and inputs (``ops/probes``);
-- ``stages/``: the source stages (the file reader's order, random draws, external sources);
+- ``stages/``: the source stages (the file reader's order, random draws, external sources),
+  where they stand at the start and at any step, and a data-parallel rank's share of the
+  global batches;
 - ``readers/``: every reader, each a listing, a sample source and an identity;
 - ``identity/``: what computes the bytes (behaviour digests, CPU and GPU paths, the engine
   id) and the checkpoint blob that records it.

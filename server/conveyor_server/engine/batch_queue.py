@@ -3,7 +3,7 @@
 Up to ``prefetch_queue_depth`` batches are computing at once (none at or after
 ``produce_until`` unless asked for). Submitting a batch advances the source stages on the
 submitting thread (a job's rank first jumps them to its next global batch,
-``stage_positions.py``) and starts its per-sample and per-batch work on the workers
+``stages/positions.py``) and starts its per-sample and per-batch work on the workers
 (``segments.py``, ``batch_work.py``); every random draw is keyed by global sample index,
 so the batches do not depend on threads, prefetch or timing. The epoch ends an external
 source meets are noted as its batches are produced and read as they are returned
@@ -29,8 +29,8 @@ from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.plan import Plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
-from conveyor_server.engine.stage_positions import StagePositions
 from conveyor_server.engine.stages.external_source_epochs import EpochCrossings
+from conveyor_server.engine.stages.positions import StagePositions
 from conveyor_server.engine.staging import OutputStaging, StagedBatch
 
 Batch = tuple[TensorList, ...]

@@ -2,7 +2,7 @@
 
 A checkpoint records the state after the batches *returned* (or, for the service, any
 count up to those produced): the stages' states at that position are computed from their
-states at the pipeline's start, in O(1), never by replay (``stage_positions.py``).
+states at the pipeline's start, in O(1), never by replay (``stages/positions.py``).
 
 Deterministic serialization writes fields in number order and the position's fields come
 last (``op_states``, ``batches``, ``job``), so the constant part (format version, spec,
@@ -21,8 +21,8 @@ from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine.batch_queue import BatchQueue
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.plan import Plan
-from conveyor_server.engine.stage_positions import StagePositions
 from conveyor_server.engine.stages.external_source_epochs import EpochCrossings
+from conveyor_server.engine.stages.positions import StagePositions
 
 
 class CheckpointWriter:

@@ -6,7 +6,7 @@ whose seed was drawn (none was given) takes the checkpoint's, as DALI's restore 
 ``Pipeline`` is the engine's public face (DALI's pipeline methods, the counters the
 service reads, the readers' metadata) and assembles its parts: the plan of the spec
 (``plan.py``); the source stages placed where it starts, their states at any later step
-(``stage_positions.py``); the batches in order, up to ``prefetch_queue_depth`` computed
+(``stages/positions.py``); the batches in order, up to ``prefetch_queue_depth`` computed
 ahead of the consumer (``batch_queue.py``); the external sources' epoch ends
 (``stages/external_source_epochs.py``); a GPU pipeline's output ring (``staging.py``,
 ``gpu_staging.py``); and its checkpoints (``checkpoint_writer.py``).
@@ -26,7 +26,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from conveyor import spec as specs
+from conveyor.definition import spec as specs
 from conveyor.errors import CorruptCheckpoint, InvalidArgument
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
@@ -37,13 +37,13 @@ from conveyor_server.engine.gpu_staging import kept_outputs, output_stager
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.identity.engine_id import engine_id
-from conveyor_server.engine.job_share import Share
 from conveyor_server.engine.ops.threads import single_threaded_opencv
 from conveyor_server.engine.plan import Plan, build_plan
 from conveyor_server.engine.segments import SegmentRunner
-from conveyor_server.engine.stage_positions import StagePositions
 from conveyor_server.engine.stages import MAX_SAMPLES
 from conveyor_server.engine.stages.external_source_epochs import EpochCrossings
+from conveyor_server.engine.stages.job_share import Share
+from conveyor_server.engine.stages.positions import StagePositions
 from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
 from conveyor_server.engine.staging import OutputStaging
 
@@ -89,7 +89,7 @@ class Pipeline:
         ``sources``: the callables an ``external_source`` may name (a server passes its
         configured ones; in process, by default, the callable ``fn.external_source`` was
         given, or any ``"module:function"``).
-        ``share``: a data-parallel job's rank (see ``job_share.py``), starting at its step
+        ``share``: a data-parallel job's rank (see ``stages/job_share.py``), starting at its step
         and global position (at or after the checkpoint's; by default the checkpoint's
         own share, or a plain pipeline's)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
@@ -166,7 +166,7 @@ class Pipeline:
         before it was that epoch's predecessor's last (its source raised StopIteration
         at the position that followed). A function of the position: the same for a
         pipeline restored there, never of timing. DALI's pipeline raises StopIteration
-        before such a batch (``conveyor.pipeline.Pipeline`` does; see
+        before such a batch (``conveyor.definition.pipeline.Pipeline`` does; see
         ``stages/external_source_epochs.py``)."""
         return self._epochs.started
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conveyor import schema
+from conveyor.definition.schemas import registry as schema
 from conveyor.errors import DeviceUnavailable, SpecError
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine import catalog
@@ -36,9 +36,8 @@ from conveyor_server.engine.readers.build import (
 from conveyor_server.engine.readers.identity import ReaderIdentity
 from conveyor_server.engine.stages import SourceStage
 from conveyor_server.engine.stages.external_source import OP as EXTERNAL_SOURCE
-from conveyor_server.engine.stages.external_source import ExternalSourceStage
+from conveyor_server.engine.stages.external_source import ExternalSourceStage, make_pool
 from conveyor_server.engine.stages.file_reader import FileReaderStage
-from conveyor_server.engine.stages.parallel_calls import make_pool
 from conveyor_server.engine.stages.random_ops import DRAWS, RandomStage
 from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
 from conveyor_server.engine.stages.source_pool import SourcePool

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from conveyor import spec as specs
+from conveyor.definition import spec as specs
 from conveyor.errors import (
     ConveyorError,
     Draining,

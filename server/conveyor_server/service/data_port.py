@@ -1,4 +1,4 @@
-"""The data port: where batch calls' data channels attach (``conveyor/data_channel.py``).
+"""The data port: where batch calls' data channels attach (``conveyor/transport/data_channel.py``).
 
 A StreamBatches or ComputeBatches call that asks for a data channel gets, once it passed
 authentication and authorisation, an offer: a single-use ticket of 32 random bytes
@@ -34,11 +34,11 @@ from pathlib import Path
 
 import grpc
 
-from conveyor.data_channel import HELLO, READY, TICKET_BYTES, ChannelEnd
 from conveyor.errors import Unavailable
 from conveyor.tensor_list import TensorList
+from conveyor.transport.data_channel import HELLO, READY, TICKET_BYTES, ChannelEnd
+from conveyor.transport.wire import batch_header, encode_frames, header_frame
 from conveyor.v1 import service_pb2
-from conveyor.wire import batch_header, encode_frames, header_frame
 from conveyor_server.service.tls import CertificateFiles
 
 log = logging.getLogger("conveyor.server")

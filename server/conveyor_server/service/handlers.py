@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from conveyor import spec as specs
+from conveyor.definition import spec as specs
 from conveyor.errors import (
     ConveyorError,
     FailedPrecondition,
@@ -30,8 +30,8 @@ from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
-from conveyor_server.engine.job_share import Share
 from conveyor_server.engine.pipeline import Pipeline
+from conveyor_server.engine.stages.job_share import Share
 from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, ExternalSources
 from conveyor_server.service import rpc_kinds
 from conveyor_server.service.access import Access

@@ -26,8 +26,8 @@ from typing import Literal
 
 import grpc
 
-from conveyor.channel import AUTHORIZATION_KEY
 from conveyor.errors import Unauthenticated
+from conveyor.transport.channel import AUTHORIZATION_KEY
 from conveyor_server.service.tokens import Tokens
 from conveyor_server.store.store import ANONYMOUS
 

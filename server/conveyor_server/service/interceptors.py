@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 
-from conveyor.channel import SERVICE_NAME
 from conveyor.errors import ConveyorError
+from conveyor.transport.channel import SERVICE_NAME
 from conveyor_server.service import status
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.observer import ServiceObserver

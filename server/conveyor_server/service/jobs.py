@@ -4,7 +4,7 @@ that make the ranks' checkpoints a job's cut.
 A job of N ranks is N pipelines, ``<job>.rank-<r>``, each held (leased, fenced) as any
 pipeline is, so each rank may use another server. The job record in Redis
 (``store/jobs.py``) says which world and generation the ranks belong to and where they
-start; a rank's pipeline carries its ``Share`` (``engine/job_share.py``). A rank's
+start; a rank's pipeline carries its ``Share`` (``engine/stages/job_share.py``). A rank's
 checkpoint is marked in the record after it is stored: when every rank of the world has
 marked a step, that step is the job's cut. ``JoinJob`` with another world size (or run,
 or an earlier step) starts a new generation: the older ranks' marks are refused, and the
@@ -17,7 +17,7 @@ import logging
 
 from conveyor.errors import Fenced, InvalidArgument, NotFound
 from conveyor.v1 import checkpoint_pb2, service_pb2
-from conveyor_server.engine.job_share import Share
+from conveyor_server.engine.stages.job_share import Share
 from conveyor_server.store.ids import check_name
 from conveyor_server.store.jobs import JobRecords
 from conveyor_server.store.store import Store

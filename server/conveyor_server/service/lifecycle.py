@@ -18,8 +18,8 @@ from types import FrameType
 import grpc
 from grpc_health.v1 import health, health_pb2
 
-from conveyor.channel import SERVICE_NAME
 from conveyor.errors import ConveyorError
+from conveyor.transport.channel import SERVICE_NAME
 from conveyor_server.service.fleet import FleetPublisher
 from conveyor_server.service.handlers import ConveyorService
 

@@ -6,7 +6,7 @@ streaming response). Anything else stops the server before it starts, naming the
 missing handler, a kind that differs from the descriptor's, a generator for a unary
 response, or a marked method the service does not have. Each behaviour gets the status
 mapping of ``status.mapped``. Streamed responses may be bytes already encoded (the batch
-frames of ``conveyor.wire``): they are sent as they are, without another copy through a
+frames of ``conveyor.transport.wire``): they are sent as they are, without another copy through a
 message.
 
 Requests reach the behaviour as bytes and are parsed inside the status mapping: bytes

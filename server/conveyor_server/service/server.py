@@ -24,7 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as server_reflection
 
-from conveyor.channel import (
+from conveyor.transport.channel import (
     CHANNEL_OPTIONS,
     KEEPALIVE_TIME_S,
     KEEPALIVE_TIMEOUT_S,

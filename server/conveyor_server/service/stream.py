@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from conveyor.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
 from conveyor.errors import ConveyorError, DataFileError, Draining
+from conveyor.transport.channel import CHECKPOINT_BATCHES_KEY, CHECKPOINT_ID_KEY
+from conveyor.transport.wire import FRAME_BYTES
 from conveyor.v1 import service_pb2
-from conveyor.wire import FRAME_BYTES
 from conveyor_server.engine.pipeline import Batch, Pipeline
 from conveyor_server.service.checkpoints import CheckpointWriter
 from conveyor_server.service.data_port import DataPort, DataSink, send_batch

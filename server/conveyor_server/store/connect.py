@@ -20,8 +20,8 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from conveyor.channel import host_port
 from conveyor.errors import InvalidArgument, Unavailable
+from conveyor.transport.channel import host_port
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The pipelines an iterator wraps, in process or on a server, behind one face.
 
-``Wrapped`` takes either an in-process ``conveyor.pipeline.Pipeline`` (what a
+``Wrapped`` takes either an in-process ``conveyor.definition.pipeline.Pipeline`` (what a
 ``@pipeline_def`` function returns) or a ``RemotePipeline`` (``Client.open``, ``create``,
 ``restore``) and gives what an iterator needs of it: the next batch, how many batches it
 has returned since its start, a checkpoint at a given count, the batch size, the devices
@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.dali.plugin.epochs import shard_sizes
+from conveyor.definition.pipeline import Pipeline
+from conveyor.definition.schemas.registry import decode_args
 from conveyor.errors import InvalidArgument
-from conveyor.pipeline import Pipeline
-from conveyor.schema import decode_args
 from conveyor.tensor_list import TensorList
 from conveyor.v1 import pipeline_pb2
 

@@ -9,7 +9,7 @@ random draw of 10^9 values per sample would each have the server allocate until 
    prefetch depth, operator count, every string and list, the names in file paths),
    before anything else reads them, so that no later check or error message handles an
    unbounded value;
-2. the spec's validity (``conveyor.spec.validate_spec``: the graph and every argument);
+2. the spec's validity (``conveyor.definition.spec.validate_spec``: the graph and every argument);
 3. each operator's sizes fixed by its constant arguments: every extent argument against
    ``limits.max_extent``, and where the output's shape follows from the arguments alone
    (a crop window, a resize to a given size, a random draw's shape) its pixels and the
@@ -28,9 +28,9 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from conveyor import schema
+from conveyor.definition.schemas import registry as schema
+from conveyor.definition.spec import validate_spec
 from conveyor.errors import InvalidArgument, ResourceExhausted
-from conveyor.spec import validate_spec
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from google.protobuf.message import DecodeError
 
-from conveyor import spec as specs
+from conveyor.definition import spec as specs
 from conveyor.errors import CorruptCheckpoint, DataChanged, EngineMismatch, SpecMismatch
 from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine.identity import engine_id
@@ -66,7 +66,7 @@ def verify_against(
     bytes (``engine`` is this server's identity for ``spec``), naming the difference.
     ``first_change(op, earlier digest)`` names the first changed file of a reader, where
     the earlier listing can be found. A ``spec`` whose seed was drawn (none was given) takes
-    the checkpoint's first (``conveyor.spec.with_checkpoint_seed``)."""
+    the checkpoint's first (``conveyor.definition.spec.with_checkpoint_seed``)."""
     diff = specs.first_difference(body.spec, specs.with_checkpoint_seed(spec, body.spec))
     if diff is not None:
         raise SpecMismatch(f"checkpoint was made by a different pipeline: {diff}")

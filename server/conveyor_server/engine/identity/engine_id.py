@@ -65,7 +65,7 @@ def gpu_description(spec: pipeline_pb2.PipelineSpec) -> str:
     gpu_ops = [(i, op) for i, op in enumerate(spec.ops) if _on_gpu(op)]
     if not gpu_ops:
         return ""
-    from conveyor.schema import decode_args
+    from conveyor.definition.schemas.registry import decode_args
     from conveyor_server.engine.identity.gpu_path import gpu_path
     from conveyor_server.engine.ops.decode.nvimgcodec_batch import describe_backends, gpu_target
 

@@ -1,6 +1,6 @@
 """The operators, by kind, each registered per sample or per batch (``registry.py``) by its
 module, beside its behaviour probe; what each takes is declared in its schema
-(``conveyor.schema``). ``engine/catalog.py`` imports every module here.
+(``conveyor.definition.schemas.registry``). ``engine/catalog.py`` imports every module here.
 
 - ``geometry/``: rotate, resize (and its filters), crop, random_resized_crop and the
   random window it shares with the window decoders;

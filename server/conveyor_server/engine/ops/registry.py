@@ -4,8 +4,8 @@ This module holds the contract and the map of builders only: an operator's modul
 registers its builders when it is imported, and ``engine/catalog.py`` imports every
 operator module (``catalog.load()``, which the plan and the behaviour measurement call
 first). What an operator takes (its arguments, devices, output sizes) is declared once, in
-its schema (``conveyor.schema``); the builders registered here must serve each declared
-device (a test checks it).
+its schema (``conveyor.definition.schemas.registry``); the builders registered here must serve
+each declared device (a test checks it).
 
 An operator is registered by a builder, per sample (the default) or per batch::
 
@@ -16,8 +16,8 @@ An operator is registered by a builder, per sample (the default) or per batch::
     def build_crop_mirror_normalize_batch(ctx: OpContext) -> BatchOp: ...
 
 The builder runs once when a pipeline is built: it reads ``ctx.args`` (constants with
-defaults filled in, see ``conveyor.schema``), raises ``SpecError`` for bad combinations,
-and returns what runs:
+defaults filled in, see ``conveyor.definition.schemas.registry``), raises ``SpecError`` for bad
+combinations, and returns what runs:
 
 - a ``SampleOp``, whose ``fn(inputs, targs)`` maps one sample's input arrays and
   per-sample argument arrays (``targs``, from ``arg_inputs`` such as ``angle=angles``) to a
@@ -55,7 +55,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
-from conveyor.schema import SCHEMAS
+from conveyor.definition.schemas.registry import SCHEMAS
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 
 SAMPLE: Final = "sample"
@@ -77,7 +77,8 @@ class OpContext:
     op_type: str
     #: Position of the operator in ``PipelineSpec.ops``.
     index: int
-    #: Constant arguments, defaults filled in (``conveyor.schema.decode_args``).
+    #: Constant arguments, defaults filled in
+    #: (``conveyor.definition.schemas.registry.decode_args``).
     args: Mapping[str, Any]
     #: Names of arguments fed per sample by another operator's output.
     tensor_args: frozenset[str]
@@ -146,7 +147,7 @@ def register(op_type: str, per: Per = SAMPLE,
     undeclared = [d for d in devices if declared is None or d not in declared.devices]
     if undeclared:
         raise ValueError(f"operator {op_type!r} is not declared for device(s) {undeclared} "
-                         "(declare it in conveyor.schema first)")
+                         "(declare it in conveyor.definition.schemas.registry first)")
 
     def add(builder: Builder) -> Builder:
         for device in devices:

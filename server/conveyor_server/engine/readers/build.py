@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from conveyor.schema import SCHEMAS
+from conveyor.definition.schemas.registry import SCHEMAS
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.data.file_list import FileEntry
 from conveyor_server.engine.data.files import DataFiles
@@ -75,8 +75,8 @@ READERS: dict[str, ReaderBuilder] = {}
 
 def register_reader(op_type: str) -> Callable[[ReaderBuilder], ReaderBuilder]:
     if op_type not in SCHEMAS:
-        raise ValueError(f"reader {op_type!r} is not declared (declare it in conveyor.schema "
-                         "first)")
+        raise ValueError(f"reader {op_type!r} is not declared (declare it in "
+                         "conveyor.definition.schemas.registry first)")
 
     def add(builder: ReaderBuilder) -> ReaderBuilder:
         if op_type in READERS:

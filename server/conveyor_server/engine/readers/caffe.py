@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from conveyor.errors import DataFileError
-from conveyor.reader_schemas import (
+from conveyor.definition.schemas.readers import (
     MULTI_LABEL_DENSE,
     MULTI_LABEL_SPARSE,
     MULTI_LABEL_WEIGHTED_SPARSE,
     NO_LABEL,
     SINGLE_LABEL,
 )
+from conveyor.errors import DataFileError
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers.build import (

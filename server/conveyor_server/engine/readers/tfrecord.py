@@ -14,7 +14,7 @@ set's files) before anything is read, then the length the record declares agains
 index's, and the masked CRC-32C of the length and of the data. The data is parsed with
 TensorFlow's published ``Example`` message (``formats/example_pb2``, not TensorFlow).
 
-Each feature of ``features`` (``conveyor.tfrecord``) is one output: an int64 or float32
+Each feature of ``features`` (``conveyor.definition.tfrecord``) is one output: an int64 or float32
 ``FixedLenFeature`` is exactly its shape's values (``default_value`` everywhere when the
 record lacks the feature); a ``VarLenFeature`` is every value, shaped ``(-1,
 *partial_shape)`` (empty when the record lacks it); a string feature is its first value's
@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from conveyor.crc32c import masked_crc32c
-from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
-from conveyor.tfrecord import (
+from conveyor.definition.crc32c import masked_crc32c
+from conveyor.definition.tfrecord import (
     FOOTER_BYTES,
     HEADER_BYTES,
     Feature,
@@ -51,6 +50,7 @@ from conveyor.tfrecord import (
     int64,
     string,
 )
+from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.data.file_list import unfit_name
 from conveyor_server.engine.ops.probes.probe_set import source_probe

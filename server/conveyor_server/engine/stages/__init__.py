@@ -3,7 +3,9 @@ generators, external sources, the epoch ends their batches meet:
 ``external_source_epochs.py``, and which callables an external source may name:
 ``source_callables.py``; parallel external sources' worker processes: ``parallel_calls.py``,
 ``source_pool.py``, ``source_process.py``, ``source_worker.py``, and the rule both sides
-check results by, ``source_results.py``).
+check results by, ``source_results.py``), and where they stand: at a pipeline's start and
+at any later step (``positions.py``), for a data-parallel rank at its share of the global
+batches (``job_share.py``).
 
 Every stage follows one contract, so one save/restore property test covers them all:
 

@@ -40,13 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from conveyor import external_source as names
+from conveyor.definition import external_source as names
+from conveyor.definition.external_source import BatchInfo, SampleInfo, Source
 from conveyor.errors import CorruptCheckpoint, ExternalSourceError, SpecError
-from conveyor.external_source import BatchInfo, SampleInfo, Source
-from conveyor.v1 import checkpoint_pb2
+from conveyor.v1 import checkpoint_pb2, pipeline_pb2
 from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.stages import MAX_SAMPLES
 from conveyor_server.engine.stages.parallel_calls import ParallelCalls
+from conveyor_server.engine.stages.source_callables import ExternalSources
+from conveyor_server.engine.stages.source_pool import SourcePool
 from conveyor_server.engine.stages.source_results import BadResult, SourceShape
 
 OP = "external_source"
@@ -371,3 +373,32 @@ def _external_source() -> list[np.ndarray]:
             state = fresh.advanced(start, batches * _PROBE_BATCH).external_source
             out.append(np.array([state.epoch, state.iteration], dtype=np.uint64))
     return out
+
+
+def make_pool(spec: pipeline_pb2.PipelineSpec, stages: Sequence[ExternalSourceStage],
+              sources: ExternalSources) -> SourcePool:
+    """The pool of ``stages`` (the parallel sources), not started; each stage gets its
+    calls. A source the workers could not import by name is refused here, saying why."""
+    method = sources.start_method(spec.py_start_method or "fork")
+    configs = []
+    for stage in stages:
+        where = f"ops[{stage.op_index}].args.source"
+        held = sources.described(stage.name)
+        if held is not None:
+            module = held["module"]
+        else:
+            module, _ = names.check_name(stage.name,
+                                         f"external_source: argument 'source' ({where})")
+        if module == "__main__" and method != "fork":
+            raise SpecError("external_source", "source", (
+                f"{stage.name!r} ({where}) is defined in the main script, which worker "
+                f"processes started with py_start_method={method!r} cannot import it from "
+                "(parallel=True imports the source's module in each worker): move it into a "
+                "module of its own, or use py_start_method='fork' in process"))
+        configs.append({"name": stage.name, "closure": held, "batch": stage.calls_batches,
+                        "batch_info": stage.batch_info, "shape": stage.shape.as_json()})
+    pool = SourcePool(configs, spec.py_num_workers or 1, method)
+    for index, stage in enumerate(stages):
+        stage.parallel = ParallelCalls(pool, index, stage.name, batch=stage.calls_batches,
+                                       batch_size=spec.batch_size, depth=stage.prefetch)
+    return pool

@@ -6,7 +6,7 @@ The pipeline advances its stages for a batch when it submits the batch, ahead of
 consumer, so ``EpochCrossings`` notes which produced batches open an epoch and, as each
 batch is returned, whether it is one (``started``): a function of the position, the same
 for a pipeline restored there, never of timing. DALI's pipeline raises StopIteration
-before such a batch until ``reset()``; ``conveyor.pipeline.Pipeline`` does, from the
+before such a batch until ``reset()``; ``conveyor.definition.pipeline.Pipeline`` does, from the
 engine's ``epoch_started``; a remote pipeline does from each batch header's
 ``opens_source_epoch``, which a stream sets from it.
 

@@ -1,5 +1,5 @@
 """One parallel external source's calls (``parallel=True``) through its pipeline's pool of
-worker processes, and making that pool from a plan.
+worker processes (the pool is made from a plan by ``external_source.make_pool``).
 
 A batch of a ``batch=False`` source is split into one run of consecutive samples per
 worker; a ``batch=True`` source's batch is one task. The batch being asked for and the
@@ -13,17 +13,9 @@ them harmless).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from conveyor import external_source as names
-from conveyor.errors import SpecError
-from conveyor_server.engine.stages.source_callables import ExternalSources
 from conveyor_server.engine.stages.source_pool import Reply, SourcePool
-
-if TYPE_CHECKING:
-    from conveyor.v1 import pipeline_pb2
-    from conveyor_server.engine.stages.external_source import ExternalSourceStage
 
 
 class ParallelCalls:
@@ -82,32 +74,3 @@ class ParallelCalls:
                                            count=count, **where))
             first += count
         return tasks
-
-
-def make_pool(spec: pipeline_pb2.PipelineSpec, stages: Sequence[ExternalSourceStage],
-              sources: ExternalSources) -> SourcePool:
-    """The pool of ``stages`` (the parallel sources), not started; each stage gets its
-    calls. A source the workers could not import by name is refused here, saying why."""
-    method = sources.start_method(spec.py_start_method or "fork")
-    configs = []
-    for stage in stages:
-        where = f"ops[{stage.op_index}].args.source"
-        held = sources.described(stage.name)
-        if held is not None:
-            module = held["module"]
-        else:
-            module, _ = names.check_name(stage.name,
-                                         f"external_source: argument 'source' ({where})")
-        if module == "__main__" and method != "fork":
-            raise SpecError("external_source", "source", (
-                f"{stage.name!r} ({where}) is defined in the main script, which worker "
-                f"processes started with py_start_method={method!r} cannot import it from "
-                "(parallel=True imports the source's module in each worker): move it into a "
-                "module of its own, or use py_start_method='fork' in process"))
-        configs.append({"name": stage.name, "closure": held, "batch": stage.calls_batches,
-                        "batch_info": stage.batch_info, "shape": stage.shape.as_json()})
-    pool = SourcePool(configs, spec.py_num_workers or 1, method)
-    for index, stage in enumerate(stages):
-        stage.parallel = ParallelCalls(pool, index, stage.name, batch=stage.calls_batches,
-                                       batch_size=spec.batch_size, depth=stage.prefetch)
-    return pool

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from conveyor.definition.schemas.registry import schema_of
 from conveyor.errors import CorruptCheckpoint, SpecError
-from conveyor.schema import schema_of
 from conveyor.v1 import checkpoint_pb2
 from conveyor_server.engine import keyed_random
 from conveyor_server.engine.ops.probes.probe_set import source_probe

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conveyor import external_source as names
+from conveyor.definition import external_source as names
+from conveyor.definition.external_source import Source
 from conveyor.errors import SpecError
-from conveyor.external_source import Source
 
 
 class ExternalSources:
@@ -39,7 +39,7 @@ class ExternalSources:
 
     def described(self, name: str) -> dict[str, Any] | None:
         """In process, the description worker processes rebuild the closure named ``name``
-        from (``conveyor.source_closures``); None for a function imported by name, and
+        from (``conveyor.definition.source_closures``); None for a function imported by name, and
         always on a server, which runs only its registered sources."""
         return names.described(name) if self._registered is None else None
 

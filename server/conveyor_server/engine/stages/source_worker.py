@@ -4,7 +4,7 @@ the pipeline exchange.
 The process imports each source by its ``"module:function"`` name (nothing is pickled: a
 server's registered sources, or an in-process pipeline's module-level functions), or, for
 an in-process closure over plain data, imports its module and rebuilds it from its
-description (``conveyor.source_closures``), says it
+description (``conveyor.definition.source_closures``), says it
 is ready, then computes tasks until its pipe closes. A task is one batch's call
 (``batch=True``) or a run of consecutive samples of one batch (``batch=False``), as JSON;
 its reply is a JSON header (how it ended; each array's dtype and shape) and, for results,
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from conveyor import source_closures as closures
+from conveyor.definition import source_closures as closures
+from conveyor.definition.external_source import BatchInfo, SampleInfo, Source, import_source
 from conveyor.errors import InvalidArgument
-from conveyor.external_source import BatchInfo, SampleInfo, Source, import_source
 from conveyor_server.engine.stages.source_results import BadResult, SourceShape
 
 #: Each array's offset in a payload is a multiple of this.

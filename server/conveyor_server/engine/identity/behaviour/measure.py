@@ -21,8 +21,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from conveyor.definition.schemas.registry import decode_args, encode_arg, schema_of
 from conveyor.errors import ConveyorError, DeviceUnavailable
-from conveyor.schema import decode_args, encode_arg, schema_of
 from conveyor.v1 import pipeline_pb2
 from conveyor_server.engine import catalog
 from conveyor_server.engine.device.devices import cuda_device_count

@@ -2,8 +2,8 @@
 when the last array viewing it is gone.
 
 A per-batch output of 224x224x3 float32 images is ~38.5 MB (64 samples), past glibc's
-largest mmap threshold (32 MiB, ``conveyor.allocator``): every batch's array is then its own
-mapping, whose pages the kernel faults in and zeroes as they are first written and unmaps
+largest mmap threshold (32 MiB, ``conveyor.transport.allocator``): every batch's array is then
+its own mapping, whose pages the kernel faults in and zeroes as they are first written and unmaps
 when the array is freed. A float16 batch (half the size) is reused from the heap instead,
 so without the pool a float32 batch cost ~0.1-0.3 ms more CPU per image than a float16 one
 for that alone. ``take`` hands out an array on a buffer of the pool; the array's base is a

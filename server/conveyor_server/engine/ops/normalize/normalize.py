@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conveyor.definition.normalization import folded_coefficients, next_pow2
+from conveyor.definition.schemas.registry import DTYPES
 from conveyor.errors import SpecError
-from conveyor.normalization import folded_coefficients, next_pow2
-from conveyor.schema import DTYPES
 from conveyor_server.engine.ops.args import (
     ArgGetter,
     CropWindow,

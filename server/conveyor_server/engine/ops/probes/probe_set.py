@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor.schema import schema_of
+from conveyor.definition.schemas.registry import schema_of
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX
 
 Targs = dict[str, np.ndarray]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from conveyor import external_source as names
+from conveyor.definition import external_source as names
 from conveyor.errors import InvalidArgument
 from conveyor_server.engine.ops.args import Targs
 from conveyor_server.engine.ops.probes.inputs import image

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from conveyor.definition.schemas.reductions import REDUCTION_INPUTS, REDUCTION_TYPES, WITH_MEAN
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.reduction_schemas import REDUCTION_INPUTS, REDUCTION_TYPES, WITH_MEAN
 from conveyor_server.engine.ops.probes.inputs import image
 from conveyor_server.engine.ops.probes.probe_set import Case, op_probe
 from conveyor_server.engine.ops.reductions import tree

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from conveyor.definition.schemas.transforms import MAX_TRANSFORM_DIMS
 from conveyor.errors import InvalidArgument, SpecError
-from conveyor.transform_schemas import MAX_TRANSFORM_DIMS
 from conveyor_server.engine.ops.probes.probe_set import Case, f32, op_probe
 from conveyor_server.engine.ops.registry import OpContext, SampleOp, register
 from conveyor_server.engine.ops.transforms.matrices import (

@@ -1,0 +1,210 @@
+"""The servers a client knows: a connection to each, and calls with failover or placement.
+
+A cluster is given one or more servers: a list of addresses, or a DNS name that resolves
+to several (a headless Service). ``call`` goes to the first server that answers (the one
+that answered last, then the others, DNS asked again each time); ``placed`` sends a new
+pipeline's call to a lightly loaded live server of the fleet (``placement.py``), the fleet
+learnt from the servers' records in Redis through any of them (``fleet``). Calls to a
+given server go ``via`` it. The remote pipeline, its fan-in and ``Client.open`` stand on
+this; ``conveyor.Client`` is this with the pipeline calls on top.
+
+**At exit.** The clusters still open when the interpreter exits are closed by an ``atexit``
+hook (``close_at_exit``), while gRPC's threads still run. After the hooks Python stops
+every daemon thread where it stands, gRPC's too; one stopped while it held its call's
+lock (sending an acknowledgement, handling its event) holds it forever, and a close later
+in the exit (a data loader's generator finalised in the interpreter's teardown, gRPC's
+own finaliser of a call) waited forever for that lock. Closed by the hook, a client has
+nothing left for those finalisers to close.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import random
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from conveyor import errors
+from conveyor.remote.placement import Placement
+from conveyor.transport.channel import (
+    AUTHORIZATION_KEY,
+    KEEPALIVE_TIME_S,
+    KEEPALIVE_TIMEOUT_S,
+    bearer,
+)
+from conveyor.transport.connection import (
+    Connection,
+    addresses,
+    close_connections,
+    say_where_it_failed,
+    server_targets,
+)
+from conveyor.transport.credentials import TlsOptions, read_token
+from conveyor.v1 import service_pb2
+
+log = logging.getLogger("conveyor.client")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class Cluster:
+    """The servers of ``target``, their connections, and calls to them (see the module)."""
+
+    def __init__(self, target: str | Sequence[str], *, timeout: float = 30.0,
+                 token: str | None = None, token_file: str | None = None,
+                 tls: TlsOptions | Literal[False] | None = None,
+                 stream_timeout: float | None = None,
+                 keepalive_s: float = KEEPALIVE_TIME_S,
+                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
+                 failover: bool = True,
+                 placement_seed: int | random.Random | None = None,
+                 place: bool = True, data_channel: bool = True) -> None:
+        """The arguments are ``conveyor.Client``'s, described there."""
+        self.targets = server_targets(target, "conveyor.Client", "target")
+        self.target = self.targets[0]
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        self.failover = failover
+        token = read_token(token, token_file)
+        self.tls = TlsOptions.from_env() if tls is None else tls or None
+        self._metadata = ((AUTHORIZATION_KEY, bearer(token)),) if token else ()
+        self._keepalive = (keepalive_s, keepalive_timeout_s)
+        self.data_channel = data_channel
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+        #: What was handed out over these connections (the remote pipelines), closed first.
+        self._adopted: weakref.WeakSet[Closable] = weakref.WeakSet()
+        self._preferred = self.targets[0]
+        self._placement = None if not place else Placement(
+            placement_seed if isinstance(placement_seed, random.Random)
+            else random.Random(placement_seed))
+        _OPEN_AT_EXIT.add(self)
+
+    @property
+    def preferred(self) -> str:
+        """The server that answered the last call (the first target at the start)."""
+        return self._preferred
+
+    def adopt(self, handed_out: Closable) -> None:
+        """Remember ``handed_out`` (as long as it lives), so that ``close()`` closes it
+        first: a remote pipeline's stream ends before its connection."""
+        with self._lock:
+            self._adopted.add(handed_out)
+
+    def connection(self, address: str) -> Connection:
+        """The (shared) connection to ``address``."""
+        with self._lock:
+            conn = self._connections.get(address)
+            if conn is None:
+                conn = self._connections[address] = Connection(
+                    address, self._metadata, self._keepalive, self.tls, self.targets,
+                    self.data_channel)
+            return conn
+
+    def servers(self) -> list[str]:
+        """Every server address the targets name now (DNS is asked again each time)."""
+        return addresses(self.targets)
+
+    def fleet(self) -> list[service_pb2.ServerInfo]:
+        """The live servers with their capacity and load, as they last published them,
+        asked of the first server that answers."""
+        return list(self.call("ListServers", service_pb2.ListServersRequest()).servers)
+
+    def call(self, method: str, request: Any, timeout: float | None = None, *,
+             via: str | None = None) -> Any:
+        """Call ``via`` that server, or the first that answers (UNAVAILABLE: the next)."""
+        if via is not None:
+            return self.connection(via).call(method, request, timeout or self.timeout)
+        try:
+            return self.connection(self._preferred).call(method, request,
+                                                         timeout or self.timeout)
+        except errors.Unavailable as exc:
+            if isinstance(exc, errors.Draining):
+                raise
+            failure = exc
+        # Only now are the other servers looked up (DNS is asked again each time).
+        others = [a for a in self.servers() if a != self._preferred]
+        for address in others:
+            try:
+                reply = self.connection(address).call(method, request,
+                                                      timeout or self.timeout)
+            except errors.Unavailable as exc:
+                if isinstance(exc, errors.Draining):
+                    raise
+                continue
+            self._preferred = address
+            return reply
+        say_where_it_failed(failure, self._preferred, others, method)
+        raise failure
+
+    def placed(self, method: str, request: Any) -> tuple[Any, str]:
+        """``method`` (CreatePipeline, Restore) on the server placement chooses: the reply
+        and the address of the server that answered it. Without placement, or without a
+        fleet to choose from, the first server that answers takes it."""
+        if self._placement is None:
+            return self.call(method, request), self._preferred
+        try:
+            servers = self.fleet()
+        except errors.ConveyorError as exc:
+            if getattr(exc, "code", "") != "UNIMPLEMENTED":
+                raise
+            servers = []  # servers from before the fleet records
+        refused: set[str] = set()
+        while (chosen := self._placement.choose(servers, frozenset(refused))) is not None:
+            try:
+                return self.connection(chosen.address).call(method, request,
+                                                            self.timeout), chosen.address
+            except (errors.ResourceExhausted, errors.Unavailable,
+                    errors.EngineMismatch) as exc:
+                # Full since it published, draining, gone, not reachable at the address it
+                # advertises, or (a restore) computing other bytes than the checkpoint's
+                # server: choose again among the rest.
+                log.info("conveyor: %s did not take %s: %s", chosen.address, method,
+                         exc.message)
+                refused.add(chosen.address)
+        # None could: the first server that answers takes it, or says why it cannot.
+        return self.call(method, request), self._preferred
+
+    def close(self) -> None:
+        """Close every connection (their streams are cancelled); within
+        ``connection.CLOSE_WAIT_S`` whatever state the servers are in, and from any thread
+        or finaliser (see ``connection.py``). What it handed out is closed first (a remote
+        pipeline: its stream's request thread ends, its call is cancelled and let go of), so
+        no call is left for gRPC's threads to finish. It may be used again afterwards: it
+        connects anew. One not closed is closed as the interpreter exits
+        (``close_at_exit``)."""
+        with self._lock:
+            adopted = list(self._adopted)
+        for handed_out in adopted:
+            handed_out.close()
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        close_connections(connections)
+
+
+#: This process's clusters (weakly: one dropped leaves), closed by ``close_at_exit``.
+_OPEN_AT_EXIT: weakref.WeakSet[Cluster] = weakref.WeakSet()
+
+
+def close_at_exit() -> None:
+    """Close every cluster (every client) of this process (an ``atexit`` hook; see the
+    module's doc): their pipelines' streams end, their last acknowledgements are sent,
+    their channels close, all while gRPC's threads can still finish what they hold."""
+    for cluster in list(_OPEN_AT_EXIT):
+        try:
+            cluster.close()
+        except Exception:  # (one client's failure leaves the others to close)
+            log.exception("conveyor: closing a client at exit failed")
+
+
+atexit.register(close_at_exit)
+# A forked child's copies of its parent's clients are not its own to close: the parent's
+# gRPC threads do not run there, and a lock one of them held stays held in the child.
+os.register_at_fork(after_in_child=_OPEN_AT_EXIT.clear)
