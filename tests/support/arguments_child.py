@@ -1,6 +1,6 @@
-"""A process for ``tests/client/test_client_arguments.py``: gives ``Client`` or an adapter servers
-that are not server addresses, an in-process ``conveyor_server.Pipeline`` (an endless
-iterable) among them, and prints, as JSON, what each raised, per caller.
+"""A process for ``tests/client/remote/test_client_arguments.py``: gives ``Client`` or an
+adapter servers that are not server addresses, an in-process ``conveyor_server.Pipeline``
+(an endless iterable) among them, and prints, as JSON, what each raised, per caller.
 
 ``python -m tests.support.arguments_child IMAGE_DIR CALLER...``; each CALLER is ``client``,
 ``torch`` or ``tf`` (one process for all: each caller's own process cost an interpreter

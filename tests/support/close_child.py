@@ -1,6 +1,6 @@
-"""A trainer process for ``tests/client/test_client_close.py``: takes batches from a real server,
-says so, waits for the test to do something to the server (drain it, stop it, kill it, stop
-Redis), then ends its use of the client one way or another and exits.
+"""A trainer process for ``tests/client/remote/test_client_close.py``: takes batches from a
+real server, says so, waits for the test to do something to the server (drain it, stop it,
+kill it, stop Redis), then ends its use of the client one way or another and exits.
 
 ``python -m tests.support.close_child WAY IMAGE_DIR``; it imports what WAY uses (torch, gRPC),
 then reads the servers (``host:port,...``) from its first line of stdin: the test starts the

@@ -22,7 +22,7 @@ from conveyor.transport.connection import server_targets
 from conveyor_server import Pipeline
 from conveyor_server.demo.run import rotate_pipeline
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WANTED = '"host:port"'
 
 

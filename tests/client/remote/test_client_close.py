@@ -33,7 +33,7 @@ from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.redis_process import RedisProcess
 from tests.support.servers import ServerProcess, Start
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: The longest a trainer may take from "go on" to its exit (about 2 s here, most of it
 #: the interpreter's teardown of torch; a hang is forever).
 EXIT_WITHIN_S = 15.0

@@ -14,8 +14,8 @@ Deaths inside an RPC use the server's ``faults.kill_at`` (it sends itself SIGKIL
 
 ``make test`` runs a few points; the full battery is one command:
 
-    CONVEYOR_FAULT_POINTS=200 .venv/bin/python -m pytest tests/client/test_fault_battery.py -s \
-        -o timeout=1800
+    CONVEYOR_FAULT_POINTS=200 .venv/bin/python -m pytest \
+        tests/client/remote/test_fault_battery.py -s -o timeout=1800
 """
 
 from __future__ import annotations
