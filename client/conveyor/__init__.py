@@ -1,15 +1,24 @@
 """Conveyor client: define pipelines, stream their batches, checkpoint and restore them.
 
-Two layers. The definition contract (``fn``, ``pipeline_def``, ``types``, ``errors``,
-``TensorList``, the schemas and the spec) imports no gRPC: a trainer or the engine that only
-defines or runs pipelines in process never loads the transport. The transport (``Client``,
-``RemotePipeline``, ``Checkpoint``, ``TlsOptions``: client, connection, channel, credentials,
-opening, remote, fan-in, wire) is never loaded by the definition contract.
+The public face is this package's top: ``fn``, ``types``, ``errors``, ``TensorList``
+(``tensor_list.py``), ``pipeline_def``, ``Client`` (``client.py``) and the ``conveyor``
+command (``cli.py``). Beneath it, rooms by job, each saying in its ``__init__`` what it
+holds and may import:
+
+- ``definition/``: the definition contract (spec, graph, in-process pipeline, decorator,
+  external sources, the operator schemas in ``definition/schemas/``); it imports no gRPC,
+  so a trainer or the engine that only defines or runs pipelines in process never loads
+  the transport;
+- ``transport/``: one server: channel, credentials, connection, data channel, wire;
+- ``remote/``: pipelines on servers and the fleet, on top of the transport: the cluster of
+  servers and its calls with failover, the pipeline calls, ``RemotePipeline``, fan-in,
+  ``open``; ``Client`` is its facade;
+- the adapters: ``dali/`` (DALI's module names), ``torch/``, ``tf/``.
 
 ``import conveyor`` itself loads nothing more (no numpy, protobuf or gRPC): each public name
 is imported from its module the first time it is used (``_PUBLIC``). A process that needs
-one module (a parallel external source's worker: ``conveyor.definition.source_closures`` and
-``conveyor.errors``) pays for that module alone.
+one module (a parallel external source's worker: ``conveyor.definition.source_closures``
+and ``conveyor.errors``) pays for that module alone.
 """
 
 from __future__ import annotations

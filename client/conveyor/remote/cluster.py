@@ -1,10 +1,12 @@
 """The servers a client knows: a connection to each, and calls with failover or placement.
 
 A cluster is given one or more servers: a list of addresses, or a DNS name that resolves
-to several (a headless Service). ``call`` goes to the first server that answers (the one
+to several (a headless Service), or one seed address. It learns the rest of the fleet from
+the records the servers keep of themselves in the Redis they share (``fleet``, through any
+of them): the servers it knows (``servers``) are those its targets name and those the
+records named when it last asked. ``call`` goes to the first server that answers (the one
 that answered last, then the others, DNS asked again each time); ``placed`` sends a new
-pipeline's call to a lightly loaded live server of the fleet (``placement.py``), the fleet
-learnt from the servers' records in Redis through any of them (``fleet``). Calls to a
+pipeline's call to a lightly loaded live server of the fleet (``placement.py``). Calls to a
 given server go ``via`` it. The remote pipeline, its fan-in and ``Client.open`` stand on
 this; ``conveyor.Client`` is this with the pipeline calls on top.
 
@@ -81,6 +83,10 @@ class Cluster:
         #: What was handed out over these connections (the remote pipelines), closed first.
         self._adopted: weakref.WeakSet[Closable] = weakref.WeakSet()
         self._preferred = self.targets[0]
+        #: The servers the fleet's records named when last asked (their advertised
+        #: addresses), and whether they were asked yet.
+        self._learnt: tuple[str, ...] = ()
+        self._asked_fleet = False
         self._placement = None if not place else Placement(
             placement_seed if isinstance(placement_seed, random.Random)
             else random.Random(placement_seed))
@@ -108,13 +114,37 @@ class Cluster:
             return conn
 
     def servers(self) -> list[str]:
-        """Every server address the targets name now (DNS is asked again each time)."""
-        return addresses(self.targets)
+        """Every server this cluster knows: those the targets name now (DNS is asked again
+        each time), then those the fleet's records named when last asked."""
+        named = addresses(self.targets)
+        return named + [a for a in self._learnt if a not in named]
 
-    def fleet(self) -> list[service_pb2.ServerInfo]:
+    def fleet(self, *, via: str | None = None) -> list[service_pb2.ServerInfo]:
         """The live servers with their capacity and load, as they last published them,
-        asked of the first server that answers."""
-        return list(self.call("ListServers", service_pb2.ListServersRequest()).servers)
+        asked of ``via`` or the first server that answers; remembered for ``servers``."""
+        reply = self.call("ListServers", service_pb2.ListServersRequest(), via=via)
+        found = list(reply.servers)
+        self._asked_fleet = True
+        self._learnt = tuple(s.address for s in found if s.address)
+        return found
+
+    def learn_fleet(self, *, again: bool = False, avoid: str | None = None) -> None:
+        """Ask for the fleet's records if they were never asked (``again``: in any case),
+        so that a pipeline opened through one seed address can fail over to the servers
+        the seed knows; ``avoid``: not of that server (it just failed), but of each other
+        known one in turn. A server from before the records, or none answering, leaves
+        the servers known as they were: this never raises."""
+        if self._asked_fleet and not again:
+            return
+        asked: list[str | None] = [None] if avoid is None else \
+            [a for a in self.servers() if a != avoid]
+        for address in asked:
+            try:
+                self.fleet(via=address)
+                return
+            except errors.ConveyorError as exc:
+                log.debug("conveyor: could not learn the fleet: %s", exc)
+        self._asked_fleet = True  # (servers without records, or none answered: as they were)
 
     def call(self, method: str, request: Any, timeout: float | None = None, *,
              via: str | None = None) -> Any:

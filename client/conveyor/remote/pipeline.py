@@ -116,6 +116,7 @@ class RemotePipeline:
 
     def _open(self) -> None:
         tune_client_process()
+        self.client.learn_fleet()  # once a client: the servers it may fail over to
         conn = self.client.connection(self.via)
         want = conn.wants_data_channel
         self._acks = Acknowledgements(self.name, self._consumed, data_channel=want)
@@ -308,6 +309,7 @@ class RemotePipeline:
             return True
         if not isinstance(exc, errors.Unavailable):
             return False
+        self.client.learn_fleet(again=True, avoid=self.via)  # servers that joined since
         others = [a for a in self.client.servers() if a != self.via]
         for address in others:
             try:

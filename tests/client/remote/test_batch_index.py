@@ -191,7 +191,9 @@ def test_real_streams_pass_the_check_across_reconnects_restores_and_drains(
         start_server: Start, image_root: Path) -> None:
     a, b = start_server("--grace", "1"), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, prefetch_queue_depth=4)
-    with client(a) as ca, client(b) as cb, Pipeline(spec) as local:
+    # A's client does not fail over (it would learn B from the fleet's records): the drain
+    # reaches the trainer, which restores on B itself.
+    with client(a, failover=False) as ca, client(b) as cb, Pipeline(spec) as local:
         expected = run_batches(local, 7)
         pipe = ca.create("idx", spec)
         got = run_batches(pipe, 3)  # type: ignore[arg-type]

@@ -106,3 +106,24 @@ def test_targets_lists_and_names(start_server: Start) -> None:
     assert addresses(["127.0.0.1:9", "127.0.0.1:9"]) == ["127.0.0.1:9"]
     resolved = addresses([f"localhost:{server.port}"])
     assert resolved and all(r.endswith(f":{server.port}") for r in resolved)
+
+
+def test_one_seed_address_is_enough_to_fail_over(start_server: Start,
+                                                 image_root: Path) -> None:
+    """A client given only A learns B from the servers' records in their Redis, and the
+    trainer goes on at B when A dies (it refused to, knowing A alone)."""
+    a, b = start_server(), start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, MOST)
+    with trainer(a.address, keepalive_s=1, keepalive_timeout_s=1) as c:
+        pipe = c.create("seeded", spec)
+        got = [batch_bytes(pipe.run()) for _ in range(3)]
+        assert sorted(c.servers()) == sorted([a.address, b.address])
+        pipe.checkpoint()
+        a.kill()
+        while pipe.via != b.address and len(got) < MOST - 3:
+            got.append(batch_bytes(pipe.run()))
+        got += [batch_bytes(pipe.run()) for _ in range(3)]
+        assert got == expected[:len(got)], "a batch was lost or repeated"
+        assert pipe.failovers == 1 and pipe.via == b.address
+        assert c.pipeline("seeded").holder == b.address  # other calls find B too

@@ -41,7 +41,7 @@ def test_one_call_resumes_a_lost_pipeline_at_the_trainers_position(
         start_server: Start, image_root: Path) -> None:
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
-    with client(a) as ca, client(b) as cb:
+    with client(a, failover=False) as ca, client(b) as cb:  # the trainer moves it itself
         pipe = ca.create("lost", spec)
         run_batches(pipe, 2)  # type: ignore[arg-type]
         pipe.checkpoint()
@@ -70,7 +70,7 @@ def test_a_stream_blocked_on_flow_control_receives_the_drain_checkpoint(
         start_server: Start, image_root: Path) -> None:
     a, b = start_server("--grace", "8"), start_server()
     spec = big(str(image_root / "imgs"))
-    with client(a) as ca, client(b) as cb:
+    with client(a, failover=False) as ca, client(b) as cb:  # the trainer moves it itself
         pipe = ca.create("blocked", spec)
         pipe.run()  # 13 MB batches: the stream stalls on flow control while the trainer is idle
         assert a.proc is not None
