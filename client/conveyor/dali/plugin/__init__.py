@@ -1,7 +1,8 @@
 """DALI's ``nvidia.dali.plugin``: the framework iterators over Conveyor pipelines.
 
 ``conveyor.dali.plugin.pytorch`` holds ``DALIGenericIterator``,
-``DALIClassificationIterator``, ``LastBatchPolicy`` and ``feed_ndarray``;
+``DALIClassificationIterator``, ``LastBatchPolicy`` and ``feed_ndarray`` (and
+``experimental.proxy``, importable, refused when used);
 ``conveyor.dali.plugin.base_iterator`` the epoch accounting they share (no framework).
 They take in-process pipelines (what a ``@pipeline_def`` function returns) and
 ``RemotePipeline``s alike. Importing them loads no gRPC and no framework: torch is
