@@ -196,6 +196,8 @@ def test_conveyor_dali_holds_dalis_module_names() -> None:
 
     assert dali_fn.readers.file is conveyor.fn.readers.file
     assert dali_types.RGB is conveyor.types.RGB and dali_types.FLOAT is conveyor.types.FLOAT
-    assert from_pipeline_module is conveyor.pipeline_def is pipeline_def
-    assert Pipeline is DefinedPipeline
+    # DALI's decorator makes Conveyor's pipeline, whose outputs are DALI's tensor lists
+    assert from_pipeline_module is pipeline_def
+    assert issubclass(Pipeline, DefinedPipeline)
+    assert isinstance(dali_style(".", batch_size=2), Pipeline)
     assert "decoders" in dir(dali_fn)
