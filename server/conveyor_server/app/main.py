@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             startup.bind(server)
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)
-        runtime = Runtime(server, service, health_servicer)
+        runtime = Runtime(server, service, health_servicer,
+                          idle_release_s=cfg.limits.idle_release_s)
         runtime.start(serving=not cfg.pipelines)
         if cfg.health.listen is not None:  # after start: it says NOT_SERVING until ready
             try:
