@@ -22,7 +22,7 @@ import grpc
 
 from conveyor.allocator import AllocatorSettings, tune_malloc
 from conveyor.channel import host_port
-from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument
+from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument, Unavailable
 from conveyor_server.app import config as configuration
 from conveyor_server.app import config_loading
 from conveyor_server.app.decoder_caps import cap_decoders
@@ -181,6 +181,16 @@ def start_private_redis(state_dir: Path) -> RedisProcess:
             "--state-dir, or run both against one shared Redis with --redis-url") from None
 
 
+def redis_hint(message: str) -> str:
+    """``message`` (Redis did not answer at start: it names the URL) with what to
+    check."""
+    return (f"{message}. Check the URL's host, port, database and password, that a "
+            "redis-server runs there and this machine reaches it (`redis-cli -u URL ping`), "
+            "and where the URL comes from (--redis-url, CONVEYOR_REDIS_URL or redis.url in "
+            "the config file); or leave it out and this server starts a private Redis of "
+            "its own (then only this server can resume its pipelines)")
+
+
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
     metrics_http: MetricsServer | None = None
@@ -217,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s,
                       min_replicas=cfg.redis.min_replicas,
                       replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
-        store.ping()
+        try:
+            store.ping()
+        except Unavailable as exc:
+            raise Unavailable(redis_hint(exc.message)) from None
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels,
                               max_file_bytes=cfg.limits.max_file_bytes,
