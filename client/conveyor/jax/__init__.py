@@ -1,4 +1,5 @@
-"""JAX helpers for trainers (``pip install 'conveyor[jax]'``).
+"""JAX helpers for trainers (JAX: the client's ``jax`` extra, ``pip install './client[jax]'``
+from a clone).
 
 - ``ConveyorIterator``: a pipeline, in this process or on a server, as an iterator of
   ``jax.Array`` batches, placed on a device or sharded over the process's devices, whose

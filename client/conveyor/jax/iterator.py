@@ -31,7 +31,7 @@ try:
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError("conveyor.jax needs JAX: pip install 'conveyor[jax]'") from exc
+    raise ImportError("conveyor.jax needs JAX: pip install jax") from exc
 
 #: The version of ``get_state()``'s layout.
 STATE_VERSION = 1

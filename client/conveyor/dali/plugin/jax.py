@@ -27,7 +27,7 @@ try:
     import jax.numpy as jnp
     from jax.sharding import Sharding
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError("conveyor.dali.plugin.jax needs JAX: pip install 'conveyor[jax]'") \
+    raise ImportError("conveyor.dali.plugin.jax needs JAX: pip install jax") \
         from exc
 
 __all__ = ["DALIGenericIterator", "LastBatchPolicy", "data_iterator",

@@ -41,7 +41,8 @@ def _torch() -> Any:
         if exc.name != "torch":
             raise
         raise ImportError("conveyor.dali.plugin.pytorch needs PyTorch: pip install torch "
-                          "(or pip install 'conveyor[torch]')") from None
+                          "(its CPU build: pip install torch --index-url "
+                          "https://download.pytorch.org/whl/cpu)") from None
 
 
 def _array(data: Any, what: str) -> np.ndarray:
