@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 LOG := $(VENV)/install.log
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyPI reachable? \
@@ -50,7 +51,18 @@ test-repeat: $(TEST_STAMP)
 
 # The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a page
 # missing from the navigation fails it. `make test` builds it too (tests/project/test_docs.py).
-docs: $(TEST_STAMP)
+# It needs what `make demo` installs (the references are made from the client's and the
+# server's code: docs/hooks/reference.py) and MkDocs with its theme, at the versions
+# server[test] pins (tests/project/test_docs_install.py holds them equal): not the test
+# tools and trainer frameworks of `make test` (~3 GB).
+DOCS_TOOLS := mkdocs==1.6.1 mkdocs-material==9.8.2
+
+$(DOCS_STAMP): $(STAMP) Makefile
+	@echo "installing the documentation tools ($(DOCS_TOOLS)) into $(VENV) (log: $(LOG)) ..."
+	@$(PIP) install $(DOCS_TOOLS) >> $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 demo: $(STAMP)

@@ -11,7 +11,9 @@
     conveyor tfrecord-index FILE [FILE ...] [--index-dir DIR] [--force]  # no server
 
 ``pipelines`` and ``describe`` say whether each holder is alive (its lease on the name in
-Redis) and give the latest checkpoint whichever server wrote it; ``describe`` prints the
+Redis), how long a pipeline the answering server hosts has had no consumer (IDLE: its
+server releases it after ``limits.idle_release_s``) and give the latest checkpoint
+whichever server wrote it; ``describe`` prints the
 spec one operator a line (an input ``#i.j`` is output j of operator #i); ``stream``
 reports images/s and each output's dtype, layout and sample shapes. With no server at the
 address, the error says how to name one (``--server``, ``CONVEYOR_SERVER``).
@@ -68,6 +70,19 @@ def _alive(info: service_pb2.PipelineInfo) -> str:
     if not info.HasField("holder_alive"):
         return "?"
     return "yes" if info.holder_alive else "no"
+
+
+def _idle(info: service_pb2.PipelineInfo) -> str:
+    """How long the pipeline has had no consumer, for the table: "-" while a stream is
+    attached, or where its holder is another server (ask that one)."""
+    if not info.HasField("idle_s"):
+        return "-"
+    seconds = info.idle_s
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _holder(info: service_pb2.PipelineInfo) -> str:
@@ -141,6 +156,9 @@ def _describe(info: service_pb2.PipelineInfo) -> None:
     if info.holder and info.spec.batch_size and not info.spec_checkpoint:
         print(f"batches:       produced {info.produced}, sent {info.sent}, "
               f"acknowledged {info.acknowledged}  (stream {'on' if info.streaming else 'off'})")
+        if info.HasField("idle_s"):
+            print(f"idle:          {_idle(info)} without a consumer (the server releases it "
+                  "after limits.idle_release_s, keeping its checkpoints)")
         for reader, size in sorted(info.epoch_sizes.items()):
             print(f"epoch size:    {reader}: {size} samples")
         if info.samples_skipped or info.samples_replaced:
@@ -254,9 +272,10 @@ def _no_server_hint(exc: ConveyorError, address: str, from_env: bool,
 
 def _pipelines(infos: Sequence[service_pb2.PipelineInfo]) -> None:
     rows = [(i.name, i.holder, _alive(i), i.generation,
-             i.acknowledged if i.spec.batch_size or i.sent else "-",
+             i.acknowledged if i.spec.batch_size or i.sent else "-", _idle(i),
              i.latest_checkpoint or "-") for i in infos]
-    _print_table(rows, ("NAME", "HOLDER", "ALIVE", "GEN", "ACKED", "LATEST CHECKPOINT"))
+    _print_table(rows, ("NAME", "HOLDER", "ALIVE", "GEN", "ACKED", "IDLE",
+                        "LATEST CHECKPOINT"))
     dead = [i for i in infos if i.HasField("holder_alive") and not i.holder_alive]
     if len(dead) == 1:
         print(f"\n{dead[0].name} is held by a server that is gone (its lease on the name "

@@ -92,11 +92,14 @@ class Client(Cluster):
 
     def open(self, name: str, spec: Definition, *, run_id: str | None = None,
              rank: int = 0, world_size: int = 1, consumed: int | None = None,
-             keep_checkpoints: int = 0, workers: int | str = 1) -> RemotePipeline:
+             keep_checkpoints: int = 0, workers: int | str = 1,
+             replace: bool = False) -> RemotePipeline:
         """Create ``name``, or, if it exists (on any server, alive or dead), resume it:
         the same ``run_id`` (or None) goes on where the run stood, at its newest
         checkpoint or after ``consumed`` batches; another ``run_id`` starts a fresh stream
-        from batch 0 with the same spec. See ``remote/opening.py``.
+        from batch 0 with the same spec. See ``remote/opening.py``. ``replace``: where ``name``
+        exists with another spec, delete it with its checkpoints and create this spec under
+        the name (from batch 0), instead of SpecMismatch.
 
         ``rank`` / ``world_size``: this trainer's share of a data-parallel job named
         ``name``: rank r of N takes, at every step, the r-th of the next N batches of the
@@ -112,7 +115,7 @@ class Client(Cluster):
         check_workers(workers)
         return open_pipeline(self, name, as_spec(spec), run_id=run_id, consumed=consumed,
                              keep_checkpoints=keep_checkpoints, rank=rank,
-                             world_size=world_size).fan_out(workers)
+                             world_size=world_size, replace=replace).fan_out(workers)
 
     def restore(self, name: str, checkpoint: str | Checkpoint | bytes, *,
                 spec: Definition | None = None,

@@ -17,6 +17,9 @@ from conveyor_server.demo.run import rotate_pipeline
 from tests.support.servers import Start, client, wait_for
 
 SHORT_LEASE = {"CONVEYOR_REDIS_LEASE_S": "2"}
+#: The IDLE cell of ``conveyor pipelines``: "-" (a stream attached, or held by another
+#: server) or how long the pipeline has had no consumer.
+IDLE = r"(?:-|[0-9.]+ (?:s|min|h))"
 Capture = pytest.CaptureFixture[str]
 
 
@@ -39,13 +42,15 @@ def test_a_dead_holder_is_shown_with_its_latest_checkpoint_and_what_to_do(
         saved = pipe.checkpoint().id
         status, out, _ = run_cli(capsys, "--server", b.address, "pipelines")
         assert status == 0
-        assert re.search(rf"orphan\s+{re.escape(a.address)}\s+yes\s+\d+\s+-\s+{saved}", out), out
+        assert re.search(rf"orphan\s+{re.escape(a.address)}\s+yes\s+\d+\s+-\s+{IDLE}\s+"
+                         rf"{saved}", out), out
         a.kill()
         wait_for(lambda: not operator.pipeline("orphan").holder_alive, "the lease to run out")
 
         status, out, _ = run_cli(capsys, "--server", b.address, "pipelines")
         assert status == 0
-        assert re.search(rf"orphan\s+{re.escape(a.address)}\s+no\s+\d+\s+-\s+{saved}", out), out
+        assert re.search(rf"orphan\s+{re.escape(a.address)}\s+no\s+\d+\s+-\s+{IDLE}\s+"
+                         rf"{saved}", out), out
         assert ("orphan is held by a server that is gone (its lease on the name ran out): "
                 f"resume it on a live server with `conveyor restore orphan --checkpoint "
                 f"{saved}` (or a trainer's open of 'orphan'), or release the name with "
@@ -76,7 +81,8 @@ def test_a_dead_holder_is_shown_with_its_latest_checkpoint_and_what_to_do(
         assert run_cli(capsys, "--server", b.address, "restore", "orphan", "--checkpoint",
                        saved)[0] == 0
         status, out, _ = run_cli(capsys, "--server", b.address, "pipelines")
-        assert re.search(rf"orphan\s+{re.escape(b.address)}\s+yes\s+\d+\s+2\s+{saved}", out), out
+        assert re.search(rf"orphan\s+{re.escape(b.address)}\s+yes\s+\d+\s+2\s+{IDLE}\s+"
+                         rf"{saved}", out), out
         assert "gone" not in out
         status, out, _ = run_cli(capsys, "--server", b.address, "describe", "orphan")
         assert f"latest ckpt:   {saved}" in out and ", alive (its lease" in out

@@ -36,6 +36,9 @@ PUBLIC_IMPORTS = [
     # The trainer adapters.
     "from conveyor.torch import ConveyorDataset, crop_mirror_normalize",
     "from conveyor.tf import ConveyorDataset",
+    "from conveyor.jax import ConveyorIterator",
+    "from conveyor.dali.plugin.jax import DALIGenericIterator, data_iterator",
+    "from conveyor.dali.plugin.pytorch.experimental import proxy as dali_proxy",
     # The command line's entry point.
     "from conveyor.cli import main",
 ]

@@ -166,12 +166,13 @@ CLIENT_ALLOWED: dict[str, set[str]] = {
     "remote": {"transport", "definition", "errors", "tensor_list"},
     "client": {"remote", "transport", "definition", "errors"},
     "dali": {"definition", "errors", "fn", "tensor_list", "types", "client", "remote",
-             "transport", "torch"},
+             "transport", "torch", "jax"},
+    "jax": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
     "torch": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
     "tf": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
     "cli": {"client", "remote", "transport", "definition", "errors", "tensor_list"},
 }
-CLIENT_ROOMS = ("definition", "transport", "remote", "dali", "torch", "tf")
+CLIENT_ROOMS = ("definition", "transport", "remote", "dali", "torch", "tf", "jax")
 
 
 def client_parts_imported(path: Path) -> dict[str, int]:

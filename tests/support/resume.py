@@ -17,9 +17,10 @@ Batch = tuple[TensorList, ...]
 def batch_bytes(batch: Batch) -> list[list[tuple[str, tuple[int, ...], bytes]]]:
     """Every sample of every output as (dtype, shape, bytes): equal means byte-identical.
     Device samples (CuPy arrays) are copied to the host first."""
-    return [[(str(s.dtype), s.shape,
-              np.ascontiguousarray(s.get() if hasattr(s, "get") else s).tobytes()) for s in out]
-            for out in batch]
+    arrays = [[np.asarray(s.get() if hasattr(s, "get") else s) for s in out]
+              for out in batch]  # (DALI's TensorCPU samples too, through __array__)
+    return [[(str(a.dtype), a.shape, np.ascontiguousarray(a).tobytes()) for a in out]
+            for out in arrays]
 
 
 def run_batches(pipe: Pipeline, count: int) -> list[Batch]:

@@ -88,8 +88,9 @@ def load_engine(spec: pipeline_pb2.PipelineSpec, checkpoint: bytes | None) -> En
         if exc.name != "conveyor_server":
             raise
         raise FailedPrecondition(
-            "running a pipeline in this process needs the engine: pip install "
-            "conveyor-server (or stream it from a server with conveyor.Client(...).open)"
+            "running a pipeline in this process needs the engine, the conveyor-server "
+            "distribution (from a Conveyor clone: pip install ./server), or stream it from a "
+            "server with conveyor.Client(...).open"
         ) from None
     engine: Engine = module.Pipeline(spec, checkpoint=checkpoint)
     return engine

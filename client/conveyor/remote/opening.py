@@ -21,7 +21,9 @@ With ``world_size`` > 1 the name is a data-parallel job's and ``rank`` one of it
 (below); a one-rank open goes on with the job of that name if there is one (a job resized
 to one rank), else it is the plain pipeline described here.
 A spec other than the pipeline's is refused (SPEC_MISMATCH) in both cases: a different
-pipeline needs another name.
+pipeline needs another name, or ``replace=True``, which deletes the old pipeline with its
+checkpoints (a position of another spec is no place to resume the new one from) and
+creates the new spec under the name, from batch 0.
 
 A data-parallel job's rank (``open(name, spec, rank=r, world_size=N)``): a job reads ONE
 global sequence, the one-rank pipeline's with the same spec: global batch ``j`` is that
@@ -54,7 +56,8 @@ from conveyor.v1 import pipeline_pb2, service_pb2
 
 def open_pipeline(client: Cluster, name: str, spec: pipeline_pb2.PipelineSpec, *,
                   run_id: str | None, consumed: int | None,
-                  keep_checkpoints: int, rank: int = 0, world_size: int = 1) -> RemotePipeline:
+                  keep_checkpoints: int, rank: int = 0, world_size: int = 1,
+                  replace: bool = False) -> RemotePipeline:
     check_share(rank, world_size)
     try:
         start = join(client, name, spec, run_id=run_id, world_size=world_size,
@@ -86,10 +89,16 @@ def open_pipeline(client: Cluster, name: str, spec: pipeline_pb2.PipelineSpec, *
     compared = specs.with_checkpoint_seed(spec, info.spec) if info.HasField("spec") else spec
     wanted = specs.fingerprint(compared).hex()
     if info.fingerprint and info.fingerprint != wanted:
+        if replace:
+            _no_position_to_drop(name, run_id, consumed, "the name held another spec")
+            free_name(client, name, info.holder, keep_checkpoints=False)
+            return _create(client, name, spec, keep_checkpoints=keep_checkpoints,
+                           run_id=run_id or "")
         raise errors.SpecMismatch(
             f"pipeline {name!r} exists with another spec (fingerprint "
             f"{info.fingerprint[:12]}..., this one {wanted[:12]}...): a different pipeline "
-            "needs another name", pipeline=name)
+            "needs another name, or open it with replace=True to replace the old one (it is "
+            "deleted with its checkpoints; the new spec starts at batch 0)", pipeline=name)
     if run_id is None or run_id == info.run_id:
         return _go_on(client, name, info.run_id, consumed, keep_checkpoints)
     _no_position_to_drop(name, run_id, consumed, f"the name holds run {info.run_id!r}")
@@ -133,10 +142,12 @@ def _newest(c: service_pb2.CheckpointInfo) -> tuple[int, int]:
     return c.batches, c.created_unix_ms
 
 
-def free_name(client: Cluster, name: str, holder: str) -> None:
-    """Release ``name`` for a new run, keeping the old run's checkpoints: on its holder,
-    or on any server when the holder is gone (fencing it, were it only unreachable)."""
-    request = service_pb2.DeletePipelineRequest(name=name, keep_checkpoints=True)
+def free_name(client: Cluster, name: str, holder: str, *,
+              keep_checkpoints: bool = True) -> None:
+    """Release ``name`` for a new run, keeping the old run's checkpoints (unless not
+    ``keep_checkpoints``): on its holder, or on any server when the holder is gone (fencing
+    it, were it only unreachable)."""
+    request = service_pb2.DeletePipelineRequest(name=name, keep_checkpoints=keep_checkpoints)
     try:
         if holder:
             client.call("DeletePipeline", request, via=holder)

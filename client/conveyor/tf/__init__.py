@@ -1,4 +1,5 @@
-"""TensorFlow helpers for trainers (``pip install conveyor[tensorflow]``).
+"""TensorFlow helpers for trainers (TensorFlow: the client's ``tensorflow`` extra, ``pip
+install './client[tensorflow]'`` from a clone).
 
 - ``ConveyorDataset``: a server's pipeline as a ``tf.data.Dataset`` of tensor tuples, whose
   position ``tf.train.Checkpoint`` saves and restores (``dataset.py``).
@@ -7,7 +8,7 @@
 try:
     import tensorflow  # noqa: F401
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError("conveyor.tf needs TensorFlow: pip install 'conveyor[tensorflow]'") \
+    raise ImportError("conveyor.tf needs TensorFlow: pip install tensorflow") \
         from exc
 
 from conveyor.tf.dataset import ConveyorDataset

@@ -1,4 +1,5 @@
-"""PyTorch helpers for trainers (``pip install conveyor[torch]``).
+"""PyTorch helpers for trainers (PyTorch: the client's ``torch`` extra, ``pip install
+'./client[torch]'`` from a clone).
 
 - ``ConveyorDataset``: a server's pipeline as an ``IterableDataset`` of tensor tuples, whose
   ``state_dict`` is the trainer's position (``dataset.py``).

@@ -44,7 +44,9 @@ try:
     import torch
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError("conveyor.torch needs PyTorch: pip install 'conveyor[torch]'") from exc
+    raise ImportError("conveyor.torch needs PyTorch: pip install torch (its CPU build: "
+                      "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+                      ) from exc
 
 
 class ConveyorDataset(IterableDataset):

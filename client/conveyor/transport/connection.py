@@ -267,10 +267,21 @@ def addresses(targets: Sequence[str]) -> list[str]:
     return found
 
 
+#: What the client was doing, by the RPC it called, in its user's words.
+ACTIONS = {"JoinJob": "opening a pipeline", "CreatePipeline": "creating a pipeline",
+           "Restore": "restoring a pipeline", "Checkpoint": "checkpointing a pipeline",
+           "DescribePipeline": "describing a pipeline", "DeletePipeline": "deleting a pipeline",
+           "ListPipelines": "listing pipelines", "ListCheckpoints": "listing checkpoints",
+           "GetCheckpoint": "reading a checkpoint", "ListServers": "listing the servers"}
+#: What gRPC says where nothing answers at an address.
+NO_SERVER_SIGNS = ("failed to connect to all addresses", "DNS resolution failed")
+
+
 def say_where_it_failed(exc: errors.Unavailable, server: str, others: list[str], what: str,
                         *, failover: bool = True) -> None:
     """Reword ``exc``, to be raised as it is (gRPC says only "Stream removed", "Socket
-    closed", "failed to connect"): the server that failed for ``what``, and why nothing
+    closed", "failed to connect"): the server that failed for ``what`` (an RPC's name is
+    said as what the client was doing), whether anything answers there, and why nothing
     failed over: failover off, no other server address given (and how to give one), or
     none of the ``others`` could take over."""
     if not failover:
@@ -282,7 +293,11 @@ def say_where_it_failed(exc: errors.Unavailable, server: str, others: list[str],
     else:
         why = (f"none of the other servers ({', '.join(others)}) could take over (the "
                "conveyor.client log says why)")
-    text = f"server {server} failed for {what}: {exc.message}; {why}"
+    failed = f"failed while {ACTIONS[what]}" if what in ACTIONS else f"failed for {what}"
+    detail = exc.message
+    if any(sign in detail for sign in NO_SERVER_SIGNS):
+        detail = f"nothing answers there: is it running? is the address right? ({detail})"
+    text = f"server {server} {failed}: {detail}; {why}"
     exc.message, exc.args = text, (text,)
 
 

@@ -24,7 +24,7 @@ class JobShare(_message.Message):
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., generation: _Optional[int] = ..., step: _Optional[int] = ..., global_batches: _Optional[int] = ...) -> None: ...
 
 class PipelineInfo(_message.Message):
-    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced", "run_id", "job", "holder_alive", "spec_checkpoint")
+    __slots__ = ("name", "holder", "generation", "fingerprint", "spec", "produced", "sent", "acknowledged", "streaming", "latest_checkpoint", "epoch_sizes", "samples_skipped", "samples_replaced", "run_id", "job", "holder_alive", "spec_checkpoint", "idle_s")
     class EpochSizesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class PipelineInfo(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_ALIVE_FIELD_NUMBER: _ClassVar[int]
     SPEC_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     holder: str
     generation: int
@@ -66,7 +67,8 @@ class PipelineInfo(_message.Message):
     job: JobShare
     holder_alive: bool
     spec_checkpoint: str
-    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., run_id: _Optional[str] = ..., job: _Optional[_Union[JobShare, _Mapping]] = ..., holder_alive: _Optional[bool] = ..., spec_checkpoint: _Optional[str] = ...) -> None: ...
+    idle_s: float
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., generation: _Optional[int] = ..., fingerprint: _Optional[str] = ..., spec: _Optional[_Union[_pipeline_pb2.PipelineSpec, _Mapping]] = ..., produced: _Optional[int] = ..., sent: _Optional[int] = ..., acknowledged: _Optional[int] = ..., streaming: _Optional[bool] = ..., latest_checkpoint: _Optional[str] = ..., epoch_sizes: _Optional[_Mapping[str, int]] = ..., samples_skipped: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., run_id: _Optional[str] = ..., job: _Optional[_Union[JobShare, _Mapping]] = ..., holder_alive: _Optional[bool] = ..., spec_checkpoint: _Optional[str] = ..., idle_s: _Optional[float] = ...) -> None: ...
 
 class CreatePipelineRequest(_message.Message):
     __slots__ = ("name", "spec", "keep_checkpoints", "run_id", "job")

@@ -41,6 +41,10 @@ class CheckpointsConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_pipelines: int = field(default=64, metadata={"min": 1})
+    #: Seconds a hosted pipeline may go without a consumer stream before this server
+    #: releases it (checkpointed at its consumer's position first; its checkpoints stay, so
+    #: a later open resumes it); 0: never.
+    idle_release_s: float = field(default=3600.0, metadata={"min": 0.0})
     #: Consumer streams served at once (each holds an RPC thread); beyond: RESOURCE_EXHAUSTED.
     max_streams: int = field(default=64, metadata={"min": 1, "max": 4096})
     #: Seconds a new stream may take to name its pipeline before it is cancelled.

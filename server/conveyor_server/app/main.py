@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument
+from conveyor.errors import ConveyorError, FailedPrecondition, InvalidArgument, Unavailable
 from conveyor.transport.allocator import AllocatorSettings, tune_malloc
 from conveyor.transport.channel import host_port
 from conveyor_server.app import config as configuration
@@ -181,6 +181,16 @@ def start_private_redis(state_dir: Path) -> RedisProcess:
             "--state-dir, or run both against one shared Redis with --redis-url") from None
 
 
+def redis_hint(message: str) -> str:
+    """``message`` (Redis did not answer at start: it names the URL) with what to
+    check."""
+    return (f"{message}. Check the URL's host, port, database and password, that a "
+            "redis-server runs there and this machine reaches it (`redis-cli -u URL ping`), "
+            "and where the URL comes from (--redis-url, CONVEYOR_REDIS_URL or redis.url in "
+            "the config file); or leave it out and this server starts a private Redis of "
+            "its own (then only this server can resume its pipelines)")
+
+
 def main(argv: list[str] | None = None) -> int:
     embedded: RedisProcess | None = None
     metrics_http: MetricsServer | None = None
@@ -217,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s,
                       min_replicas=cfg.redis.min_replicas,
                       replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
-        store.ping()
+        try:
+            store.ping()
+        except Unavailable as exc:
+            raise Unavailable(redis_hint(exc.message)) from None
         limits = EngineLimits(max_batch_bytes=cfg.limits.max_batch_bytes,
                               max_image_pixels=cfg.limits.max_image_pixels,
                               max_file_bytes=cfg.limits.max_file_bytes,
@@ -244,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             startup.bind(server)
         if cfg.metrics.listen is not None:
             metrics_http = serve_metrics(cfg.metrics.listen, metrics)
-        runtime = Runtime(server, service, health_servicer)
+        runtime = Runtime(server, service, health_servicer,
+                          idle_release_s=cfg.limits.idle_release_s)
         runtime.start(serving=not cfg.pipelines)
         if cfg.health.listen is not None:  # after start: it says NOT_SERVING until ready
             try:

@@ -74,6 +74,13 @@ class HostedPipeline:
     creator: str = ANONYMOUS
     #: The training run consuming the pipeline ("" if none was named).
     run_id: str = ""
+    #: Since when (``time.monotonic()``) no consumer stream is attached; None while one is.
+    idle_since: float | None = field(default_factory=time.monotonic)
+
+    def idle_seconds(self, now: float | None = None) -> float | None:
+        """Seconds without a consumer stream; None while one is attached."""
+        since = self.idle_since
+        return None if since is None else max(0.0, (now or time.monotonic()) - since)
 
     def attach(self, start: int) -> int:
         """Become this pipeline's consumer, starting after ``start`` consumed batches; a
@@ -100,6 +107,7 @@ class HostedPipeline:
                                           "range") from None
             self.sent = self.acknowledged = start
             self.streaming = True
+            self.idle_since = None
         return token
 
     def position(self, consumed: int) -> bytes:
@@ -118,6 +126,8 @@ class HostedPipeline:
             if not self.streaming and consumed > self.acknowledged:
                 self.sent = self.acknowledged = consumed
                 self.cond.notify_all()
+            if not self.streaming:  # a fan-in's trainer consumes it through its workers
+                self.idle_since = time.monotonic()
             produced = self.engine.batches_produced
             if consumed > produced:
                 raise FailedPrecondition(
@@ -151,6 +161,7 @@ class HostedPipeline:
         with self.cond:
             if token == self.consumer:
                 self.streaming = False
+                self.idle_since = time.monotonic()
             self.cond.notify_all()
 
     def record_sent(self, token: int, sent: int) -> None:
@@ -214,11 +225,36 @@ class HostedPipeline:
         if self.engine.share.job:
             info.job.CopyFrom(share_message(self.engine.share))
         info.epoch_sizes.update(self.engine.epoch_sizes())
+        idle = self.idle_seconds()
+        if idle is not None:
+            info.idle_s = idle
         return info
 
 
 def _nothing() -> None:
     return None
+
+
+def full_message(hosted: list[HostedPipeline], limit: int, idle_release_s: float) -> str:
+    """Why a full server refuses one more pipeline, naming its idle pipelines (longest idle
+    first) and what to do."""
+    now = time.monotonic()
+    idle = sorted(((h.idle_seconds(now), h.name) for h in hosted
+                   if h.idle_seconds(now) is not None), reverse=True)
+    named = ", ".join(f"{name!r} ({seconds:.0f} s)" for seconds, name in idle[:5])
+    more = f" and {len(idle) - 5} more" if len(idle) > 5 else ""
+    if idle:
+        what = f"{len(idle)} of them have no consumer: {named}{more}"
+    else:
+        what = "every one has a consumer"
+    release = (f"this server releases a pipeline after {idle_release_s:g} s without a "
+               "consumer (limits.idle_release_s), keeping its checkpoints"
+               if idle_release_s > 0 else "idle pipelines are never released here "
+               "(limits.idle_release_s = 0)")
+    return (f"this server hosts {len(hosted)} pipelines, its limit (limits.max_pipelines = "
+            f"{limit}); {what}. Delete one that is done (`conveyor delete NAME`; "
+            f"--keep-checkpoints to resume it later), open the pipeline through another "
+            f"server, or raise limits.max_pipelines; {release}")
 
 
 class HostedPipelines:
@@ -233,7 +269,12 @@ class HostedPipelines:
         self._address = address
         self._max = max_pipelines
         self._by_name: dict[str, HostedPipeline] = {}
+        #: Names released here for want of a consumer, each with why (until hosted again).
+        self._released: dict[str, str] = {}
         self._lock = threading.Lock()
+        #: After how long without a consumer the runtime releases a pipeline (0: never;
+        #: ``limits.idle_release_s``): the full server's refusal names it.
+        self.idle_release_s = 0.0
         #: Called after a pipeline is hosted or removed (the fleet record publishes the
         #: count at once, so a client placing the next pipeline sees it).
         self.changed: Callable[[], None] = _nothing
@@ -261,6 +302,10 @@ class HostedPipelines:
         hosted = self.get(check_name(name))
         if hosted is not None:
             return hosted
+        with self._lock:
+            released = self._released.get(name)
+        if released is not None:
+            raise Unavailable(released, pipeline=name)
         owner = self._store.owner(name)
         if owner is None:
             raise NotFound(f"pipeline {name!r} does not exist")
@@ -271,24 +316,30 @@ class HostedPipelines:
 
     def check_capacity(self, name: str) -> None:
         with self._lock:
-            if name not in self._by_name and len(self._by_name) >= self._max:
-                raise ResourceExhausted(f"this server hosts {len(self._by_name)} pipelines, "
-                                        f"its limit (limits.max_pipelines = {self._max})")
+            if name in self._by_name or len(self._by_name) < self._max:
+                return
+            hosted = list(self._by_name.values())
+        raise ResourceExhausted(full_message(hosted, self._max, self.idle_release_s))
 
     def host(self, hosted: HostedPipeline) -> None:
         """Host ``hosted``; a pipeline of the same name hosted before ends and is closed."""
         with self._lock:
             previous = self._by_name.get(hosted.name)
             self._by_name[hosted.name] = hosted
+            self._released.pop(hosted.name, None)
         if previous is not None:
             previous.end(f"pipeline {hosted.name!r} was restored again on {self._address}")
             previous.close()
         self.changed()
 
-    def remove(self, hosted: HostedPipeline) -> None:
+    def remove(self, hosted: HostedPipeline, released: str | None = None) -> None:
+        """Stop hosting ``hosted``; ``released``: why, where it was released for want of a
+        consumer (a stream of it asked here later gets it as UNAVAILABLE, and fails over)."""
         with self._lock:
             if self._by_name.get(hosted.name) is hosted:
                 del self._by_name[hosted.name]
+                if released is not None:
+                    self._released[hosted.name] = released
         self.changed()
 
     def fence(self, seen: HostedPipeline, holder: str | None) -> None:

@@ -2,7 +2,8 @@
 
 ``Runtime`` starts the gRPC server with health NOT_SERVING, then SERVING (at once, or once
 ``set_serving()`` is called after the configured pipelines are built). Its watcher polls
-Redis for the owners of hosted pipelines and fences those restored or deleted elsewhere.
+Redis for the owners of hosted pipelines and fences those restored or deleted elsewhere,
+and releases those idle for too long (``idle.py``).
 ``drain`` is the SIGTERM path: NOT_SERVING, every stream checkpointed at its consumer's
 acknowledged position and ended with that checkpoint's id, the rest checkpointed, stop.
 """
@@ -22,13 +23,15 @@ from conveyor.errors import ConveyorError
 from conveyor.transport.channel import SERVICE_NAME
 from conveyor_server.service.fleet import FleetPublisher
 from conveyor_server.service.handlers import ConveyorService
+from conveyor_server.service.idle import IdleRelease
 
 log = logging.getLogger("conveyor.server")
 
 
 class Runtime:
     def __init__(self, server: grpc.Server, service: ConveyorService,
-                 health_servicer: health.HealthServicer, *, watch_interval: float = 0.2) -> None:
+                 health_servicer: health.HealthServicer, *, watch_interval: float = 0.2,
+                 idle_release_s: float = 0.0) -> None:
         self.server = server
         self.service = service
         self.health = health_servicer
@@ -37,6 +40,8 @@ class Runtime:
         self._watcher = threading.Thread(target=self._watch, name="fencing-watcher", daemon=True)
         #: This server's record in the fleet, which clients place pipelines by.
         self.fleet = FleetPublisher(service)
+        #: Releases pipelines without a consumer for longer than limits.idle_release_s.
+        self.idle = IdleRelease(service, idle_release_s)
 
     def start(self, *, serving: bool = True) -> None:
         """Start answering; health says SERVING at once, or once ``set_serving()`` is
@@ -63,6 +68,7 @@ class Runtime:
             if time.monotonic() - renewed >= self.service.store.lease / 3:
                 renewed = time.monotonic()
                 self._renew()
+            self.idle.release_due()
             hosted = [h for h in pipelines.all() if h.ended is None]
             if not hosted:
                 continue

@@ -32,14 +32,24 @@ def seal_payload(payload: bytes) -> bytes:
     return sealed.SerializeToString(deterministic=True)
 
 
+#: What to pass instead of bytes that are no checkpoint at all.
+PASS_INSTEAD = ("pass checkpoint= the bytes a Conveyor pipeline's checkpoint() returned, "
+                "unchanged (or, to Client.restore, a stored checkpoint or its id); a DALI "
+                "pipeline's checkpoint is not one: run the pipeline under Conveyor from its "
+                "start")
+
+
 def open_blob(blob: bytes) -> checkpoint_pb2.CheckpointBody:
     """Parse and check a blob; CorruptCheckpoint says what is wrong with it."""
     if not blob:
-        raise CorruptCheckpoint("checkpoint is empty")
+        raise CorruptCheckpoint(f"the checkpoint is empty (0 bytes): {PASS_INSTEAD}")
     try:
         sealed = checkpoint_pb2.SealedCheckpoint.FromString(blob)
-    except DecodeError as exc:
-        raise CorruptCheckpoint(f"checkpoint is not a SealedCheckpoint ({exc})") from None
+    except DecodeError:
+        sealed = None
+    if sealed is None or (sealed.format_version == 0 and not sealed.body):
+        raise CorruptCheckpoint(f"these {len(blob)} bytes are not a Conveyor checkpoint "
+                                f"(they do not start as one): {PASS_INSTEAD}")
     if sealed.format_version != FORMAT_VERSION:
         raise CorruptCheckpoint(f"checkpoint format version {sealed.format_version} is not "
                                 f"supported (this server reads {FORMAT_VERSION})")

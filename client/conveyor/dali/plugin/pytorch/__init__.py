@@ -12,7 +12,9 @@ as a list of tensors, one per sample, or as a sparse COO tensor. Epochs, resets,
 (``(batch, 1)`` from a file reader), as DALI's: ``data[0]["label"].squeeze(-1).long()``
 gives class indices.
 
-torch is imported when an iterator is made: this module imports without it.
+torch is imported when an iterator is made: this module imports without it. A package,
+as DALI's: ``experimental.proxy`` (DALI's ``DALIServer`` and proxy ``DataLoader``) imports
+and, when used, raises ``NotSupported`` naming what to use instead.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def _torch() -> Any:
         if exc.name != "torch":
             raise
         raise ImportError("conveyor.dali.plugin.pytorch needs PyTorch: pip install torch "
-                          "(or pip install 'conveyor[torch]')") from None
+                          "(its CPU build: pip install torch --index-url "
+                          "https://download.pytorch.org/whl/cpu)") from None
 
 
 def _array(data: Any, what: str) -> np.ndarray:
