@@ -103,6 +103,11 @@ class RemotePipeline:
         self._opening_met = False
         self._held: Batch | None = None
         client.adopt(self)
+        if client.failover and info.HasField("spec") and not info.spec.enable_checkpointing:
+            log.warning(
+                "conveyor: pipeline %s was built without enable_checkpointing=True: it cannot "
+                "fail over to another server or be fed by several (workers=); build it with "
+                "@pipeline_def(..., enable_checkpointing=True) for that", self.name)
 
     @property
     def data_channel(self) -> bool:

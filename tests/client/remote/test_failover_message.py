@@ -4,6 +4,7 @@ others could, or failover is off; not only gRPC's "Stream removed (Socket closed
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import conveyor
 from conveyor import errors
 from conveyor.torch import ConveyorDataset
 from conveyor_server.demo.run import rotate_pipeline
-from tests.support.servers import Start
+from tests.support.servers import Start, client
 
 HOW = 'give the client several (a list, or one string "host1:port,host2:port") or a DNS name'
 
@@ -87,3 +88,17 @@ def test_when_the_others_cannot_take_over_or_failover_is_off_the_message_says_so
     assert f"none of the other servers ({b.address}) could take over" in str(caught.value)
     assert str(off.value).startswith(f"server {a.address} failed for pipeline 'fixed'")
     assert "failover is off (Client(failover=False))" in str(off.value)
+
+
+def test_a_pipeline_without_checkpoints_says_once_that_it_cannot_fail_over(
+        start_server: Start, image_root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = start_server()
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, enable_checkpointing=False)
+    with caplog.at_level(logging.WARNING, logger="conveyor.client"), client(a) as c:
+        pipe = c.create("unsaved", spec)
+        for _ in range(3):
+            pipe.run()
+    said = [r.getMessage() for r in caplog.records if "unsaved" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "without enable_checkpointing=True: it cannot fail over" in said[0]
+    assert "@pipeline_def(..., enable_checkpointing=True)" in said[0]
