@@ -111,9 +111,10 @@ def test_counters_histograms_and_gauges_move_by_exact_amounts(
         assert value(samples, "conveyor_decode_errors_total") == 0
         rpcs = {dict(labels)["method"] + " " + dict(labels)["code"]: v
                 for (name, labels), v in samples.items() if name == "conveyor_rpcs_total"}
+        # (ListServers: the client learns the fleet as its first stream opens.)
         assert rpcs == {"CreatePipeline OK": 1, "Checkpoint OK": 1,
                         "StreamBatches CANCELLED": 1, "DescribePipeline OK": 1,
-                        "DescribePipeline NOT_FOUND": 1}
+                        "DescribePipeline NOT_FOUND": 1, "ListServers OK": 1}
 
         copy = c.restore(COPY, checkpoint=ckpt.id)
         with Pipeline(spec, checkpoint=ckpt.data) as local:
