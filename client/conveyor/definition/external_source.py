@@ -55,6 +55,8 @@ _local: dict[str, Source] = {}
 _described: dict[str, dict[str, Any]] = {}
 #: Callables named by identity, by their definition's name: the n-th is ``name~n``.
 _instances: dict[str, list[Source]] = {}
+#: Why a main script's function could not be described by value, by name.
+_not_by_value: dict[str, str] = {}
 _lock = threading.Lock()
 
 
@@ -119,13 +121,28 @@ def definition(name: str) -> str:
 
 
 def remember(source: Source) -> str:
-    """Name ``source`` and keep it for in-process pipelines; returns its name."""
+    """Name ``source`` and keep it for in-process pipelines; returns its name. A function of
+    the main script is also described by value (``source_closures.by_value``), so that
+    this process's workers started with ``"spawn"`` rebuild it; its name is as before."""
     name, held = _name_and_description(source)
+    if getattr(source, "__module__", None) == "__main__":
+        try:
+            held = closures.by_value(source, held or closures.describe(source))
+        except closures.NotPortable as exc:
+            with _lock:
+                _not_by_value[name] = str(exc)
     with _lock:
         _local[name] = source
         if held is not None:
             _described[name] = held
     return name
+
+
+def not_by_value(name: str) -> str | None:
+    """Why the main script's function remembered as ``name`` has no description by value
+    (None if it has one, or is not the main script's)."""
+    with _lock:
+        return _not_by_value.get(name)
 
 
 def remembered(name: str) -> Source | None:

@@ -11,13 +11,27 @@ from the values. Nothing is pickled: only code the module already holds runs.
 
 ``describe`` raises ``NotPortable`` saying why a callable cannot be described (a closure
 over an object, a bound method, a callable object, code not found in its module).
+
+**The main script's functions** (``__main__``: the trainer's script) cannot be imported by
+a worker process started fresh (``py_start_method="spawn"``), whose ``__main__`` is the
+worker's own module. ``by_value`` adds what rebuilds them there without running the script
+again: their compiled code (``marshal``, read back by the same interpreter) and the
+script's globals that code loads, transitively: modules by name, names imported from other
+modules by reference, plain data as JSON, and the script's other functions by value; each
+rebuilt function shares one globals dict, as the script's do. It goes only to this
+process's own workers, never into a spec, a checkpoint or onto the wire: a spec names the
+function as before, and a server runs only the sources it registered.
 """
 
 from __future__ import annotations
 
+import base64
+import builtins
+import dis
 import importlib
 import inspect
 import json
+import marshal
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -171,20 +185,135 @@ def digest_input(source: Callable[..., Any], held: dict[str, Any]) -> bytes:
     return json.dumps([held, body], sort_keys=True).encode()
 
 
+#: Global names the code of a function loads or stores.
+_GLOBAL_OPS = {"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME"}
+
+
+def _globals_loaded(code: types.CodeType) -> set[str]:
+    return {ins.argval for c in _codes(code) for ins in dis.get_instructions(c)
+            if ins.opname in _GLOBAL_OPS and isinstance(ins.argval, str)}
+
+
+def by_value(source: Callable[..., Any], held: dict[str, Any]) -> dict[str, Any]:
+    """``held`` (``describe(source)``) with the code and globals that rebuild ``source``, a
+    function of the main script, in a worker that cannot import that script (see the
+    module); ``NotPortable`` naming the global that cannot go."""
+    assert isinstance(source, types.FunctionType)
+    script = source.__globals__
+    entries: dict[str, Any] = {}
+    todo = sorted(_globals_loaded(source.__code__))
+    while todo:
+        name = todo.pop()
+        if name in entries or name not in script:
+            continue  # a builtin, or a name the script has not defined (yet)
+        value = script[name]
+        if isinstance(value, types.ModuleType):
+            entries[name] = {"module": value.__name__}
+        elif isinstance(value, types.FunctionType) and value.__globals__ is script:
+            entries[name] = {"function": _function_by_value(value, name)}
+            todo.extend(sorted(_globals_loaded(value.__code__)))
+        elif _imported(value):
+            entries[name] = {"import": f"{value.__module__}:{value.__qualname__}"}
+        else:
+            try:
+                entries[name] = {"value": encode(value)}
+            except _NotPlain as exc:
+                raise NotPortable(
+                    f"uses the main script's global {name!r}, a {exc}, which a worker "
+                    f"started with 'spawn' cannot rebuild (it is not a module, a function, "
+                    f"a name imported from a module or {PLAIN_DATA})") from None
+    return {**held, "code": _code_text(source.__code__), "globals": entries}
+
+
+def _function_by_value(function: types.FunctionType, name: str) -> dict[str, Any]:
+    try:
+        defaults = encode(function.__defaults__)
+        kwdefaults = encode(function.__kwdefaults__)
+    except _NotPlain as exc:
+        raise NotPortable(f"uses the main script's function {name!r}, whose default argument "
+                          f"is a {exc}, which is not {PLAIN_DATA}") from None
+    if function.__closure__:
+        raise NotPortable(f"uses the main script's function {name!r}, a closure")
+    return {"code": _code_text(function.__code__), "qualname": function.__qualname__,
+            "defaults": defaults, "kwdefaults": kwdefaults}
+
+
+def _imported(value: Any) -> bool:
+    """Whether ``value`` is what ``module:qualname`` names in a module other than the
+    main script (a function, class or object imported into it)."""
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__":
+        return False
+    target: Any = sys.modules.get(module)
+    try:
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        return False
+    return target is value
+
+
+def _code_text(code: types.CodeType) -> str:
+    return base64.b64encode(marshal.dumps(code)).decode()
+
+
+def _code_from(text: str) -> types.CodeType:
+    code = marshal.loads(base64.b64decode(text))
+    if not isinstance(code, types.CodeType):
+        raise LookupError("the description's code is not a code object")
+    return code
+
+
+def _script_globals(entries: dict[str, Any]) -> dict[str, Any]:
+    """The globals of the main script's functions rebuilt by value: one dict they share."""
+    script: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    for name, entry in entries.items():
+        if "module" in entry:
+            script[name] = importlib.import_module(entry["module"])
+        elif "import" in entry:
+            module, _, qualname = entry["import"].partition(":")
+            target: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+            script[name] = target
+        elif "value" in entry:
+            script[name] = decode(entry["value"])
+    for name, entry in entries.items():
+        if "function" in entry:
+            held = entry["function"]
+            function = types.FunctionType(_code_from(held["code"]), script, name,
+                                          decode(held["defaults"]))
+            function.__kwdefaults__ = decode(held["kwdefaults"])
+            function.__qualname__ = held["qualname"]
+            script[name] = function
+    return script
+
+
 def rebuild(held: dict[str, Any]) -> Callable[..., Any]:
-    """The function ``held`` describes, from its module's code and globals; ImportError or
-    LookupError saying why not."""
-    module = importlib.import_module(held["module"])
-    code = find_code(module, held["qualname"], held["line"])
-    if code is None:
-        raise LookupError(f"no function {held['qualname']!r} at line {held['line']} in module "
-                          f"{held['module']!r}")
+    """The function ``held`` describes, from its module's code and globals (or, for the
+    main script's, from the code and globals it carries); ImportError or LookupError
+    saying why not."""
+    if "code" in held:
+        code = _code_from(held["code"])
+        scope = _script_globals(held["globals"])
+    else:
+        module = importlib.import_module(held["module"])
+        found = find_code(module, held["qualname"], held["line"])
+        if found is None:
+            raise LookupError(f"no function {held['qualname']!r} at line {held['line']} in "
+                              f"module {held['module']!r}")
+        code, scope = found, vars(module)
+    return _function(code, scope, held)
+
+
+def _function(code: types.CodeType, scope: dict[str, Any],
+              held: dict[str, Any]) -> Callable[..., Any]:
     missing = set(code.co_freevars) ^ set(held["cells"])
     if missing:
         raise LookupError(f"{held['qualname']!r} closes over {sorted(code.co_freevars)}, the "
                           f"description holds {sorted(held['cells'])}")
     cells = tuple(types.CellType(decode(held["cells"][name])) for name in code.co_freevars)
-    function = types.FunctionType(code, vars(module), code.co_name, decode(held["defaults"]),
+    function = types.FunctionType(code, scope, code.co_name, decode(held["defaults"]),
                                   cells or None)
     function.__kwdefaults__ = decode(held["kwdefaults"])
     function.__qualname__ = held["qualname"]

@@ -389,12 +389,13 @@ def make_pool(spec: pipeline_pb2.PipelineSpec, stages: Sequence[ExternalSourceSt
         else:
             module, _ = names.check_name(stage.name,
                                          f"external_source: argument 'source' ({where})")
-        if module == "__main__" and method != "fork":
+        if module == "__main__" and method != "fork" and "code" not in (held or {}):
+            why = names.not_by_value(stage.name) or "it is not this process's"
             raise SpecError("external_source", "source", (
                 f"{stage.name!r} ({where}) is defined in the main script, which worker "
-                f"processes started with py_start_method={method!r} cannot import it from "
-                "(parallel=True imports the source's module in each worker): move it into a "
-                "module of its own, or use py_start_method='fork' in process"))
+                f"processes started with py_start_method={method!r} cannot import, and "
+                f"cannot be sent to them by value: {why}; move it into a module of its own, "
+                "or use py_start_method='fork' in process"))
         configs.append({"name": stage.name, "closure": held, "batch": stage.calls_batches,
                         "batch_info": stage.batch_info, "shape": stage.shape.as_json()})
     pool = SourcePool(configs, spec.py_num_workers or 1, method)
