@@ -12,9 +12,7 @@ server that holds it, and follow it when it moves. Server errors surface as the 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from typing import Literal
 
 from conveyor.definition.spec import Definition, as_spec
 from conveyor.remote import calls
@@ -23,57 +21,14 @@ from conveyor.remote.cluster import Cluster
 from conveyor.remote.fan_in import check_workers
 from conveyor.remote.opening import open_pipeline
 from conveyor.remote.pipeline import RemotePipeline
-from conveyor.transport.channel import KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S
-from conveyor.transport.credentials import TlsOptions
 from conveyor.v1 import service_pb2
 
 __all__ = ["Checkpoint", "Client", "RemotePipeline"]
 
 
 class Client(Cluster):
-    """The servers of ``target`` and the pipelines on them (see the module)."""
-
-    def __init__(self, target: str | Sequence[str], *, timeout: float = 30.0,
-                 token: str | None = None, token_file: str | None = None,
-                 tls: TlsOptions | Literal[False] | None = None,
-                 stream_timeout: float | None = None,
-                 keepalive_s: float = KEEPALIVE_TIME_S,
-                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
-                 failover: bool = True,
-                 placement_seed: int | random.Random | None = None,
-                 place: bool = True, data_channel: bool = True) -> None:
-        """``target``: a server address, several (a list, or comma-separated), or a DNS
-        name resolving to several. ``keepalive_s`` / ``keepalive_timeout_s``: while a call
-        is open, ping the server this often and fail the call (UNAVAILABLE) if it does not
-        answer within the timeout, so a dead or stopped server never blocks the trainer.
-        ``failover``: a ``RemotePipeline`` whose server dies, stops answering or drains is
-        resumed on another server at the trainer's position (see ``remote/pipeline.py``).
-        ``token`` / ``token_file``: the bearer token, or the file holding it (else
-        ``$CONVEYOR_TOKEN_FILE``, else ``$CONVEYOR_TOKEN``). ``tls``: verify the servers'
-        certificate and present this client's (None: ``TlsOptions.from_env()``, the
-        ``CONVEYOR_TLS_*`` variables, plaintext without any; False: plaintext whatever the
-        environment says); see ``transport/credentials.py``.
-
-        New pipelines (``create``, ``open``, ``restore`` without ``via``) are placed by two
-        random choices weighted by free capacity: two live servers drawn with weights of
-        their free pipeline slots times their idle fraction, the less loaded of the two
-        taking it; draining and full servers are skipped. The fleet is learnt from the
-        servers' records in Redis through any target (``remote/placement.py``).
-        ``placement_seed``: the seed (or the ``random.Random``) of those draws, for a
-        repeatable placement; None: a fresh one. ``place``: False sends new pipelines to
-        the targets too, as every other call (a server creating its own configured
-        pipelines through its API).
-
-        ``data_channel``: receive batch bytes on a data channel of each stream and fan-in
-        call (a TCP connection to the server's data port, outside gRPC's messages; see
-        ``transport/data_channel.py``) where the server offers one; a server whose data port
-        cannot be reached sends them in gRPC frames (said once in the log). False: always in
-        gRPC frames."""
-        super().__init__(target, timeout=timeout, token=token, token_file=token_file, tls=tls,
-                         stream_timeout=stream_timeout, keepalive_s=keepalive_s,
-                         keepalive_timeout_s=keepalive_timeout_s, failover=failover,
-                         placement_seed=placement_seed, place=place,
-                         data_channel=data_channel)
+    """The servers of ``target`` and the pipelines on them: a ``Cluster`` (whose
+    ``__init__`` describes the arguments) with the pipeline calls on top."""
 
     # -- pipelines -------------------------------------------------------------------
 

@@ -25,21 +25,35 @@ ALLOWED = {
 }
 
 
-def imported_rooms(path: Path) -> dict[str, int]:
-    """The rooms a module imports (anywhere in it, functions included) -> a line doing so."""
-    found: dict[str, int] = {}
+def imports(path: Path) -> list[tuple[list[str], int]]:
+    """Every absolute import in a module (anywhere in it, functions and annotations
+    included): the dotted name's parts (``from a.b import c``: ``a.b.c``) and its line."""
+    found: list[tuple[list[str], int]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            names = [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "conveyor_server" and len(parts) > 1 and parts[1] in ROOMS:
-                found.setdefault(parts[1], node.lineno)
+        found.extend((name.split("."), node.lineno) for name in names)
     return found
+
+
+def imported_below(path: Path, prefix: list[str]) -> dict[str, int]:
+    """The parts just below ``prefix`` (a package's rooms and modules) a module imports ->
+    a line doing so."""
+    found: dict[str, int] = {}
+    for parts, line in imports(path):
+        if parts[:len(prefix)] == prefix and len(parts) > len(prefix):
+            found.setdefault(parts[len(prefix)], line)
+    return found
+
+
+def imported_rooms(path: Path) -> dict[str, int]:
+    """The server's rooms a module imports -> a line doing so."""
+    return {room: line for room, line in imported_below(path, ["conveyor_server"]).items()
+            if room in ROOMS}
 
 
 @pytest.mark.parametrize("room", ROOMS)
@@ -94,19 +108,7 @@ RUN_LOOP = {"batch_queue", "batch_work", "catalog", "checkpoint_writer", "gpu_st
 
 def engine_imports(path: Path) -> dict[str, int]:
     """The engine rooms and top-level modules a module imports -> a line doing so."""
-    found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[:2] == ["conveyor_server", "engine"] and len(parts) > 2:
-                found.setdefault(parts[2], node.lineno)
-    return found
+    return imported_below(path, ["conveyor_server", "engine"])
 
 
 def test_the_engine_top_holds_the_run_loop_and_the_rooms() -> None:
@@ -176,21 +178,8 @@ CLIENT_ROOMS = ("definition", "transport", "remote", "dali", "torch", "tf", "jax
 
 
 def client_parts_imported(path: Path) -> dict[str, int]:
-    """The client's parts a module imports (anywhere in it, functions and annotations
-    included) -> a line doing so."""
-    found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "conveyor" and len(parts) > 1:
-                found.setdefault(parts[1], node.lineno)
-    return found
+    """The client's parts a module imports -> a line doing so."""
+    return imported_below(path, ["conveyor"])
 
 
 def test_the_client_top_holds_its_public_face_and_rooms() -> None:
@@ -220,19 +209,10 @@ def test_each_client_room_says_what_it_holds_and_may_import(room: str) -> None:
 
 
 def test_the_definition_contract_never_imports_grpc() -> None:
-    wrong = [str(m.relative_to(CLIENT)) for m in sorted((CLIENT / "definition").rglob("*.py"))
-             if {"grpc", "grpc_status"} & {n.split(".")[0] for n in _module_names(m)}]
+    wrong = [f"{m.relative_to(CLIENT)}:{line}"
+             for m in sorted((CLIENT / "definition").rglob("*.py"))
+             for parts, line in imports(m) if parts[0] in ("grpc", "grpc_status")]
     assert not wrong, wrong
-
-
-def _module_names(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def test_the_client_room_check_sees_what_a_module_imports(tmp_path: Path) -> None:

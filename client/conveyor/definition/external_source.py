@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import sys
 import threading
 import types
 from collections.abc import Callable
@@ -60,17 +59,6 @@ _not_by_value: dict[str, str] = {}
 _lock = threading.Lock()
 
 
-def _importable(source: Source, module: str, qualname: str) -> bool:
-    """Whether ``module:qualname`` names ``source`` itself (a module's own function)."""
-    target: Any = sys.modules.get(module)
-    try:
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except AttributeError:
-        return False
-    return target is source
-
-
 def source_name(source: Source) -> str:
     """How a spec names a callable: ``"module:qualified.name"`` for a module's own
     function; ``"module:qualified.name@digest"`` for a closure or lambda over plain data
@@ -88,7 +76,7 @@ def _name_and_description(source: Source) -> tuple[str, dict[str, Any] | None]:
         raise InvalidArgument(f"external_source: argument 'source': {source!r} has no module "
                               "and name to be named by")
     base = f"{module}:{name}"
-    if _importable(source, module, name):
+    if closures.is_named(source, module, name):
         return base, None
     try:
         held = closures.describe(source)
@@ -198,7 +186,7 @@ def check_parallel(source: Source) -> str:
                               "processes cannot import it: give a function defined in a "
                               "module (DALI requires picklable callables too)")
     name = f"{module}:{qualname}"
-    if _importable(source, module, qualname):
+    if closures.is_named(source, module, qualname):
         return name
     try:
         closures.describe(source)

@@ -238,12 +238,9 @@ def _function_by_value(function: types.FunctionType, name: str) -> dict[str, Any
             "defaults": defaults, "kwdefaults": kwdefaults}
 
 
-def _imported(value: Any) -> bool:
-    """Whether ``value`` is what ``module:qualname`` names in a module other than the
-    main script (a function, class or object imported into it)."""
-    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__":
-        return False
+def is_named(value: Any, module: str, qualname: str) -> bool:
+    """Whether ``module:qualname`` names ``value`` itself (a module's own function, class
+    or object), in the modules loaded now."""
     target: Any = sys.modules.get(module)
     try:
         for part in qualname.split("."):
@@ -251,6 +248,14 @@ def _imported(value: Any) -> bool:
     except AttributeError:
         return False
     return target is value
+
+
+def _imported(value: Any) -> bool:
+    """Whether ``value`` is named by its module and qualified name in a module other than
+    the main script (a function, class or object imported into it)."""
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    return isinstance(module, str) and isinstance(qualname, str) and module != "__main__" \
+        and is_named(value, module, qualname)
 
 
 def _code_text(code: types.CodeType) -> str:
