@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -135,7 +136,9 @@ def test_corrupt_data_file_is_data_loss_naming_it_and_keeps_the_position(
 def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadline(
     start_server: Start, image_root: Path, redis_proc: RedisProcess
 ) -> None:
-    with client(start_server()) as c:
+    """A Redis that is gone (not failing over) is tried for ``redis.failover_s`` and then
+    reported: UNAVAILABLE within that bound, saying so and what to do."""
+    with client(start_server(env={"CONVEYOR_REDIS_FAILOVER_S": "1"})) as c:
         pipe = c.create("outage", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
         pipe.run()
         redis_proc.stop()
@@ -144,8 +147,12 @@ def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadlin
         started = time.monotonic()
         with pytest.raises(errors.Unavailable, match=str(redis_proc.socket)) as caught:
             pipe.checkpoint()
-        assert time.monotonic() - started < 3.0
+        waited = time.monotonic() - started
+        assert 0.5 < waited < 3.0, (waited, caught.value.message)
         assert "@" not in caught.value.message
+        assert re.search(r"is unreachable \(checkpoint\): ConnectionError; tried for "
+                         r"[0-9.]+ s \(redis.failover_s: 1 s\) and no primary answered: "
+                         r"this is not a failover; check that Redis", caught.value.message)
         redis_proc.start()
         ckpt = pipe.checkpoint()
         assert ckpt.batches == 6
