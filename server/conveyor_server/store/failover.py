@@ -7,8 +7,9 @@ to the Sentinels yet, a Redis still loading its data, or a checkpoint that too f
 acknowledged while they switch to the new primary (``ReplicasBehind``). ``Failover.run``
 tries such an operation again until it succeeds or its window ends: ``redis.failover_s``
 from the first failure, cut at the caller's deadline (``caller_deadline``): no attempt is
-started that could end past that deadline (an attempt takes the Redis timeout at most). Any other error is raised at once. A window of
-0 tries once (what a ``Store`` built without one does).
+started that could end past that deadline (an attempt takes the Redis timeout at most).
+Any other error is raised at once. A window of 0 tries once (what a ``Store`` built
+without one does).
 
 The window's end is ``Outlasted``, carrying the last failure and how long it was tried, so
 that the store's message says what happened and what to do. Every store operation is
