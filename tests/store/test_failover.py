@@ -1,0 +1,107 @@
+"""Riding through a Redis failover, with real redis-servers and Sentinels: a write whose
+reply was lost is tried again and applied once; a trainer checkpointing through a
+Sentinel failover (the primary killed with -9) sees nothing, gets the same batches as an
+uninterrupted run, and every checkpoint it was given restores exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.store.failover import Failover
+from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.store import Store
+from tests.support.redis_modes import ReplicatedRedis, start_replicated
+from tests.support.resume import batch_bytes, reference
+from tests.support.servers import ServerProcess, client
+
+T = TypeVar("T")
+
+
+class LostReply(Failover):
+    """Runs each operation once more before answering, as when a write reached Redis but
+    its reply was lost to a failover and the store tried it again."""
+
+    def run(self, what: str, fn: Callable[[], T]) -> T:
+        fn()
+        return super().run(what, fn)
+
+
+@pytest.fixture
+def lossy(redis_proc: RedisProcess) -> Iterator[Store]:
+    store = Store(redis_proc.url)
+    store.failover = LostReply(0.0, 1.0, store.address)
+    yield store
+    store.close()
+
+
+def test_a_write_tried_again_is_applied_once(lossy: Store) -> None:
+    gen = lossy.create("p", "a:1", "inst-a", "f" * 64, keep=5)  # not AlreadyExists
+    assert gen == 1
+    first = lossy.write_checkpoint("p", "inst-a", gen, b"blob", 3, "a:1")
+    assert [c.id for c in lossy.list_checkpoints("p")] == [first.id]  # stored once
+    assert lossy.read_checkpoint(first.id).blob == b"blob"
+    gen_b, previous = lossy.take_over("p", "b:1", "inst-b", "f" * 64, keep=5)
+    assert (gen_b, previous) == (2, "a:1")  # raised once, from the holder it had
+    owner = lossy.owner("p")
+    assert owner is not None and owner.generation == 2 and owner.latest_id == first.id
+    second = lossy.write_checkpoint("p", "inst-b", gen_b, b"later", 4, "b:1")
+    assert [c.id for c in lossy.list_checkpoints("p")] == [first.id, second.id]
+    assert lossy.release("p", "inst-b", keep_checkpoints=True) == "b:1"  # not NotFound
+    assert lossy.owner("p") is None
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[ReplicatedRedis]:
+    started = start_replicated(tmp_path / "redis")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _server(replicated: ReplicatedRedis, image_root: Path, tmp_path: Path,
+            **redis_options: Any) -> ServerProcess:
+    cfg = replicated.config()
+    doc = {"listen": "127.0.0.1:0", "data_roots": [str(image_root)],
+           "redis": {"mode": "sentinel", "sentinels": list(cfg.sentinels),
+                     "master_name": cfg.master_name, **redis_options}}
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return ServerProcess(None, [], tmp_path, "--config", str(path)).start()
+
+
+def test_a_trainer_rides_through_a_sentinel_failover(
+        replicated: ReplicatedRedis, image_root: Path, tmp_path: Path) -> None:
+    server = _server(replicated, image_root, tmp_path, min_replicas=1)
+    spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
+    expected = reference(spec, 25)  # one more: what the last checkpoint resumes at
+    try:
+        with client(server, failover=False) as c:
+            pipe = c.create("rider", spec)
+            got, confirmed, killed = [], [], None
+            for step in range(24):
+                got.append(batch_bytes(pipe.run()))
+                if step % 3 == 2:
+                    confirmed.append(pipe.checkpoint())
+                    if len(confirmed) == 3:
+                        killed = replicated.kill_primary()  # right after a checkpoint
+            assert killed is not None
+            assert got == expected[:24]
+            log = server.log_path.read_text()
+            # The checkpoint after the kill met the failover and was tried until it held.
+            assert "failed checkpoint (" in log and "answered checkpoint again" in log
+            assert replicated.wait_promoted(killed) != killed
+            kept = [k.id for k in c.checkpoints("rider")]
+            assert [k.id for k in confirmed] == kept[-len(confirmed):]
+            for i, saved in enumerate(confirmed):
+                copy = c.restore(f"copy-{i}", checkpoint=saved.id)
+                assert batch_bytes(copy.run()) == expected[saved.batches], saved.id
+                c.delete(f"copy-{i}")
+    finally:
+        server.stop()
