@@ -4,6 +4,7 @@ Sentinel."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import time
@@ -199,6 +200,10 @@ class ReplicatedRedis:
             terminate(proc, 5)
 
 
+def _following(client: Any) -> bool:
+    return bool(client.info("replication")["master_link_status"] == "up")
+
+
 def start_replicated(directory: Path, replicas: int = 2, sentinels: int = 3,
                      name: str = "conveyor-primary") -> ReplicatedRedis:
     """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
@@ -217,7 +222,7 @@ def start_replicated(directory: Path, replicas: int = 2, sentinels: int = 3,
             client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
             _wait(client.ping, f"redis-server {i}", log)
             if i:
-                _wait(lambda: client.info("replication")["master_link_status"] == "up",
+                _wait(functools.partial(_following, client),
                       f"replica {i} to follow the primary", log)
             client.close()
             started.ports.append(port)
@@ -237,7 +242,7 @@ def start_replicated(directory: Path, replicas: int = 2, sentinels: int = 3,
         for i, port in enumerate(started.sentinel_ports):
             watcher: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
 
-            def ready() -> bool:
+            def ready(watcher: Any = watcher) -> bool:
                 fields = watcher.sentinel_master(name)
                 return (int(fields["num-slaves"]) == replicas
                         and int(fields["num-other-sentinels"]) == sentinels - 1)
