@@ -6,7 +6,9 @@ slot and the Lua scripts (``scripts/``) stay atomic:
     conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep,
                                latest (the newest checkpoint's seq), latest_id (its id),
                                creator (the identity that created it: who may use it),
-                               run_id (the training run consuming it)
+                               run_id (the training run consuming it), claim (the token
+                               of the create or take-over that wrote it), claimed_from
+                               (the holder a take-over took it from)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
     conveyor:{name}:seq        checkpoint sequence counter
@@ -14,6 +16,8 @@ slot and the Lua scripts (``scripts/``) stay atomic:
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
                                nonce, creator and run_id (the owner's, when it was written)
+    conveyor:{name}:written:<random>  a checkpoint write's mark: its seq (MARK_S at least)
+    conveyor:{name}:released   the last delete's token and the holder it released
     conveyor:pipelines         set of claimed names (for listing)
     conveyor:listing:<sha256>  a reader's compressed file listing, by its digest (kept 30
                                days after last use; names the first changed file when a
