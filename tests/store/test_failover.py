@@ -1,10 +1,12 @@
-"""Riding through a Redis failover, with real redis-servers and Sentinels: a write whose
-reply was lost is tried again and applied once; a trainer checkpointing through a
-Sentinel failover (the primary killed with -9) sees nothing, gets the same batches as an
-uninterrupted run, and every checkpoint it was given restores exactly."""
+"""Riding through a Redis failover, with real redis-servers and Sentinels (a primary, two
+replicas, three Sentinels): a write whose reply was lost is tried again and applied once;
+a trainer checkpointing through a failover (the primary killed with -9) sees nothing, gets
+the same batches as an uninterrupted run, and every checkpoint it was given restores
+exactly; a take-over made as the primary dies is applied once, on the new primary."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,7 +14,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from conveyor.errors import Fenced
 from conveyor_server.demo.run import rotate_pipeline
+from conveyor_server.store.connect import connect
 from conveyor_server.store.failover import Failover
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
@@ -105,3 +109,30 @@ def test_a_trainer_rides_through_a_sentinel_failover(
                 c.delete(f"copy-{i}")
     finally:
         server.stop()
+
+
+def test_a_take_over_rides_through_a_sentinel_failover(
+        replicated: ReplicatedRedis, caplog: pytest.LogCaptureFixture) -> None:
+    """The first call after the primary is killed is a take-over (a Restore's claim): it
+    waits out the failover, raises the generation once, and is on a replica of the new
+    primary when it returns, as are the checkpoints confirmed before."""
+    store = Store(connect(replicated.config(timeout_s=1.0)), min_replicas=1, failover=15)
+    try:
+        gen = store.create("p", "a:1", "inst-a", "f" * 64, keep=5)
+        saved = store.write_checkpoint("p", "inst-a", gen, b"confirmed", 3, "a:1")
+        killed = replicated.kill_primary()
+        with caplog.at_level(logging.WARNING, "conveyor.server"):
+            gen_b, previous = store.take_over("p", "b:1", "inst-b", "f" * 64, keep=5)
+        assert "failed restore (" in caplog.text
+        assert "answered restore again" in caplog.text
+        assert (gen_b, previous) == (gen + 1, "a:1")
+        new = replicated.wait_promoted(killed)
+        assert new != killed
+        with pytest.raises(Fenced, match="b:1"):
+            store.write_checkpoint("p", "inst-a", gen, b"zombie", 4, "a:1")
+        assert store.read_checkpoint(saved.id).blob == b"confirmed"
+        later = store.write_checkpoint("p", "inst-b", gen_b, b"later", 5, "b:1")
+        assert [c.id for c in store.list_checkpoints("p")] == [saved.id, later.id]
+        assert store.release("p", "inst-b", keep_checkpoints=False) == "b:1"
+    finally:
+        store.close()
