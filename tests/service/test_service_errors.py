@@ -152,13 +152,35 @@ def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadlin
         assert "@" not in caught.value.message
         assert re.search(r"is unreachable \(checkpoint\): ConnectionError; tried for "
                          r"[0-9.]+ s \(redis.failover_s: 1 s\) and no primary answered: "
-                         r"this is not a failover; check that Redis", caught.value.message)
+                         r"Redis is down, or fails over slower than that; check that Redis", caught.value.message)
         redis_proc.start()
         ckpt = pipe.checkpoint()
         assert ckpt.batches == 6
         expected = pipe.run()
         assert batch_bytes(c.restore("outage-copy", checkpoint=ckpt.id).run()) == \
             batch_bytes(expected)
+
+
+def test_a_redis_gone_is_tried_only_until_the_callers_deadline(
+    start_server: Start, image_root: Path, redis_proc: RedisProcess
+) -> None:
+    """``redis.failover_s`` longer than the caller's deadline: the server stops trying in
+    time to answer it, and says so."""
+    with client(start_server(env={"CONVEYOR_REDIS_FAILOVER_S": "60"})) as c:
+        pipe = c.create("cut", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
+        pipe.run()
+        redis_proc.stop()
+        short = conveyor.Client(c.target, timeout=3)
+        try:
+            started = time.monotonic()
+            with pytest.raises(errors.Unavailable, match="until the caller's deadline: a "
+                               "failover may still be under way"):
+                short.checkpoint("cut", consumed=1)
+            assert time.monotonic() - started < 3
+        finally:
+            short.close()
+        redis_proc.start()
+        assert pipe.checkpoint().batches == 1
 
 
 def test_checkpoint_answers_within_a_short_deadline_when_redis_hangs(

@@ -174,9 +174,13 @@ class Store:
             return (f"; tried for {out.tried_s:.1f} s, until the caller's deadline: a "
                     "failover may still be under way; try again, or call with a longer "
                     "deadline")
-        return (f"; tried for {out.tried_s:.1f} s (redis.failover_s: {window:g} s) and no "
-                "primary answered: this is not a failover; check that Redis (and its "
-                "Sentinels) runs and this server reaches it, then try again")
+        tried = f"; tried for {out.tried_s:.1f} s (redis.failover_s: {window:g} s)"
+        if isinstance(out.last, ReplicasBehind):
+            return (f"{tried} and the replicas did not catch up: check that they run and "
+                    "follow the primary (or lower redis.min_replicas)")
+        return (f"{tried} and no primary answered: Redis is down, or fails over slower "
+                "than that; check that Redis (and its Sentinels) runs and this server "
+                "reaches it, then try again")
 
     def _confirmed(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Any, int]:
         """Run ``script``; with ``min_replicas``, then ``WAIT`` on the same connection.
