@@ -152,7 +152,8 @@ def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadlin
         assert "@" not in caught.value.message
         assert re.search(r"is unreachable \(checkpoint\): ConnectionError; tried for "
                          r"[0-9.]+ s \(redis.failover_s: 1 s\) and no primary answered: "
-                         r"Redis is down, or fails over slower than that; check that Redis", caught.value.message)
+                         r"Redis is down, or fails over slower than that; check that Redis",
+                         caught.value.message)
         redis_proc.start()
         ckpt = pipe.checkpoint()
         assert ckpt.batches == 6
