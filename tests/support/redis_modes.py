@@ -173,19 +173,37 @@ class ReplicatedRedis:
         self.procs[port].wait(10)
         return port
 
+    def switch_over(self) -> int:
+        """Ask the Sentinels for a failover (``SENTINEL FAILOVER``: the primary stays up and
+        is demoted to a replica); returns the primary's port before it."""
+        port = self.primary_port()
+        client: Any = redis.Redis(host="127.0.0.1", port=self.sentinel_ports[0],
+                                  socket_timeout=1)
+        try:
+            client.execute_command("SENTINEL", "FAILOVER", self.master_name)
+        finally:
+            client.close()
+        return port
+
+    def promoted(self, old: int) -> bool:
+        """Whether every Sentinel names a primary other than ``old``."""
+        for port in self.sentinel_ports:
+            client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+            try:
+                addr = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                              self.master_name)
+            finally:
+                client.close()
+            if int(addr[1]) == old:
+                return False
+        return True
+
     def wait_promoted(self, old: int, timeout: float = 30.0) -> int:
         """The new primary's port once every Sentinel names one other than ``old`` and it
         says it is the primary."""
         def promoted() -> bool:
-            for port in self.sentinel_ports:
-                client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
-                try:
-                    addr = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-                                                  self.master_name)
-                finally:
-                    client.close()
-                if int(addr[1]) == old:
-                    return False
+            if not self.promoted(old):
+                return False
             new: Any = redis.Redis(host="127.0.0.1", port=self.primary_port(),
                                    socket_timeout=1)
             try:

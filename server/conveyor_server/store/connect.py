@@ -74,6 +74,13 @@ def safe_address(url: str) -> str:
     return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path or ''}"
 
 
+def reply_timeout(cfg: RedisConfig) -> float:
+    """How long a reply may take: ``timeout_s``, and ``replica_timeout_s`` more where a
+    write waits for replicas (its ``WAIT`` answers within that), so a WAIT that runs its
+    course is told apart from a silent Redis."""
+    return cfg.timeout_s + (cfg.replica_timeout_s if cfg.min_replicas else 0.0)
+
+
 def _tls_kwargs(cfg: RedisConfig) -> dict[str, Any]:
     tls = cfg.tls
     for key in ("ca_file", "cert_file", "key_file"):
@@ -108,7 +115,7 @@ def connect(cfg: RedisConfig, url: str | None = None) -> Connection:
 
 def _connect(cfg: RedisConfig, url: str | None) -> Connection:
     common: dict[str, Any] = {
-        "socket_timeout": cfg.timeout_s, "socket_connect_timeout": cfg.timeout_s,
+        "socket_timeout": reply_timeout(cfg), "socket_connect_timeout": cfg.timeout_s,
         "retry": Retry(NoBackoff(), 0),
     }
     tls = _tls_kwargs(cfg)

@@ -135,7 +135,9 @@ class Store:
         self.lease = lease
         self._lease_ms = int(lease * 1000)
         self._mark_ms = int(max(MARK_S, 4 * failover) * 1000)
-        self.failover = Failover(failover, timeout, self.address)
+        # An attempt takes the timeout at most, and a write's WAIT its own timeout more.
+        attempt = timeout + (replica_timeout if min_replicas else 0.0)
+        self.failover = Failover(failover, attempt, self.address)
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
         self._redis: Any = where.client
         self._create = self._redis.register_script(lua_script("create"))
