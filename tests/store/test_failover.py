@@ -20,6 +20,7 @@ from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.connect import connect
 from conveyor_server.store.failover import Failover
 from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.records import StoredCheckpoint
 from conveyor_server.store.store import Store
 from tests.support.redis_modes import ReplicatedRedis, start_replicated
 from tests.support.resume import batch_bytes, reference
@@ -153,7 +154,8 @@ def test_checkpoints_ride_through_a_switch_over(replicated: ReplicatedRedis) -> 
     try:
         gen = store.create("p", "a:1", "inst-a", "f" * 64, keep=10_000)
         old = replicated.switch_over()
-        written, after = [], 0
+        written: list[StoredCheckpoint] = []
+        after = 0
         deadline = time.monotonic() + 60
         while after < 5:  # until 5 were written once every Sentinel names the new primary
             assert time.monotonic() < deadline, "the Sentinels did not switch over"
