@@ -19,8 +19,8 @@ from conveyor.errors import Fenced
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.connect import connect
 from conveyor_server.store.failover import Failover
-from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.records import StoredCheckpoint
+from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
 from tests.support.redis_modes import ReplicatedRedis, start_replicated
 from tests.support.resume import batch_bytes, reference
