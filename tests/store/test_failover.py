@@ -7,6 +7,8 @@ exactly; a take-over made as the primary dies is applied once, on the new primar
 from __future__ import annotations
 
 import logging
+import re
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,14 +17,14 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from conveyor.errors import Fenced
+from conveyor.errors import Fenced, Unavailable
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.store.connect import connect
 from conveyor_server.store.failover import Failover
 from conveyor_server.store.records import StoredCheckpoint
-from conveyor_server.store.redis_process import RedisProcess
+from conveyor_server.store.redis_process import RedisProcess, find_redis_server
 from conveyor_server.store.store import Store
-from tests.support.redis_modes import ReplicatedRedis, start_replicated
+from tests.support.redis_modes import ReplicatedRedis, free_port, start_replicated
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import ServerProcess, client
 
@@ -60,6 +62,51 @@ def test_a_write_tried_again_is_applied_once(lossy: Store) -> None:
     assert [c.id for c in lossy.list_checkpoints("p")] == [first.id, second.id]
     assert lossy.release("p", "inst-b", keep_checkpoints=True) == "b:1"  # not NotFound
     assert lossy.owner("p") is None
+
+
+def test_a_replica_is_tried_for_the_window_and_other_refusals_are_not(
+        tmp_path: Path, redis_proc: RedisProcess) -> None:
+    """A write to a replica (``READONLY``: a demoted primary the name still points at) is
+    tried until ``failover`` ends, and then says so; a refusal a failover does not explain
+    (a key of the wrong type) is answered at once."""
+    port = free_port()
+    replica = subprocess.Popen(
+        [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--replicaof", "127.0.0.1", str(free_port()), "--dir", str(tmp_path),
+         "--logfile", str(tmp_path / "replica.log")], stdin=subprocess.DEVNULL)
+    try:
+        store = Store(f"redis://127.0.0.1:{port}/0", failover=0.5)
+        wait_answering(store)
+        started = time.monotonic()
+        with pytest.raises(Unavailable) as caught:
+            store.create("p", "a:1", "inst-a", "f" * 64, keep=5)
+        assert 0.5 <= time.monotonic() - started < 3
+        assert re.fullmatch(r"Redis at redis://127\.0\.0\.1:\d+/0 refused create: it is a "
+                            r"read-only replica, not the primary; tried for 0\.[56] s "
+                            r"\(redis\.failover_s: 0\.5 s\) and no primary answered: .*",
+                            caught.value.message), caught.value.message
+        store.close()
+    finally:
+        replica.kill()
+        replica.wait(10)
+    store = Store(redis_proc.url, failover=30)
+    store._redis.set("conveyor:{q}:owner", "not a hash")
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="refused create: .*WRONGTYPE") as caught:
+        store.create("q", "a:1", "inst-a", "f" * 64, keep=5)
+    assert time.monotonic() - started < 1 and "tried for" not in caught.value.message
+    store.close()
+
+
+def wait_answering(store: Store) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            store.ping()
+            return
+        except Unavailable:
+            assert time.monotonic() < deadline, "the replica did not answer"
+            time.sleep(0.05)
 
 
 @pytest.fixture

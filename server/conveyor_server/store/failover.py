@@ -117,17 +117,21 @@ class Failover:
                 now = time.monotonic()
                 if first_failure is None:
                     first_failure = now
-                if now + pause > first_failure + self.window_s:
+                end = first_failure + self.window_s
+                if now >= end:
                     raise Outlasted(exc, now - first_failure, by_deadline=False) from exc
                 caller = _deadline.get()
-                if caller is not None and now + pause + self.attempt_s > caller:
+                # The last attempt the caller's deadline leaves time for starts here.
+                last_start = None if caller is None else caller - self.attempt_s
+                if last_start is not None and now >= last_start:
                     raise Outlasted(exc, now - first_failure, by_deadline=True) from exc
                 if pause == FIRST_PAUSE_S:
                     log.warning("Redis at %s failed %s (%s: %s): trying again as the "
                                 "primary changes, for up to %.1f s (redis.failover_s)",
                                 self._address, what, type(exc).__name__, exc,
                                 self.window_s)
-                time.sleep(pause)
+                until = end if last_start is None else min(end, last_start)
+                time.sleep(min(pause, until - now))
                 pause = min(pause * 2, MAX_PAUSE_S)
                 continue
             if first_failure is not None:

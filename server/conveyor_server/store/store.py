@@ -62,7 +62,7 @@ from importlib import resources
 from typing import Any
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ReadOnlyError, RedisClusterException
 
 from conveyor.errors import (
     AlreadyExists,
@@ -163,6 +163,9 @@ class Store:
                     f"replicas required (redis.min_replicas) within "
                     f"{self.replica_timeout:g} s: it may be lost if the primary fails now, "
                     "so it is not confirmed")
+        if isinstance(exc, ReadOnlyError):
+            return (f"Redis at {self.address} refused {what}: it is a read-only replica, "
+                    "not the primary")
         if isinstance(exc, redis.ResponseError):
             return f"Redis at {self.address} refused {what}: {exc}"
         return f"Redis at {self.address} is unreachable ({what}): {type(exc).__name__}"
