@@ -49,7 +49,7 @@ CONFIG_KEYS: dict[str, Any] = {
     "redis": {"url": None, "mode": None, "sentinels": None, "master_name": None,
               "tls": {"ca_file": None, "cert_file": None, "key_file": None},
               "timeout_s": None, "min_replicas": None, "lease_s": None,
-              "replica_timeout_s": None},
+              "replica_timeout_s": None, "failover_s": None},
     "checkpoints": {"keep": None},
     "limits": {"max_pipelines": None, "max_streams": None, "first_message_s": None,
                "worker_threads": None,

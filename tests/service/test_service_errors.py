@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -135,7 +136,9 @@ def test_corrupt_data_file_is_data_loss_naming_it_and_keeps_the_position(
 def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadline(
     start_server: Start, image_root: Path, redis_proc: RedisProcess
 ) -> None:
-    with client(start_server()) as c:
+    """A Redis that is gone (not failing over) is tried for ``redis.failover_s`` and then
+    reported: UNAVAILABLE within that bound, saying so and what to do."""
+    with client(start_server(env={"CONVEYOR_REDIS_FAILOVER_S": "1"})) as c:
         pipe = c.create("outage", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
         pipe.run()
         redis_proc.stop()
@@ -144,14 +147,41 @@ def test_redis_outage_keeps_streams_and_checkpoint_is_unavailable_within_deadlin
         started = time.monotonic()
         with pytest.raises(errors.Unavailable, match=str(redis_proc.socket)) as caught:
             pipe.checkpoint()
-        assert time.monotonic() - started < 3.0
+        waited = time.monotonic() - started
+        assert 0.5 < waited < 3.0, (waited, caught.value.message)
         assert "@" not in caught.value.message
+        assert re.search(r"is unreachable \(checkpoint\): ConnectionError; tried for "
+                         r"[0-9.]+ s \(redis.failover_s: 1 s\) and no primary answered: "
+                         r"Redis is down, or fails over slower than that; check that Redis",
+                         caught.value.message)
         redis_proc.start()
         ckpt = pipe.checkpoint()
         assert ckpt.batches == 6
         expected = pipe.run()
         assert batch_bytes(c.restore("outage-copy", checkpoint=ckpt.id).run()) == \
             batch_bytes(expected)
+
+
+def test_a_redis_gone_is_tried_only_until_the_callers_deadline(
+    start_server: Start, image_root: Path, redis_proc: RedisProcess
+) -> None:
+    """``redis.failover_s`` longer than the caller's deadline: the server stops trying in
+    time to answer it, and says so."""
+    with client(start_server(env={"CONVEYOR_REDIS_FAILOVER_S": "60"})) as c:
+        pipe = c.create("cut", rotate_pipeline(str(image_root / "imgs"), batch_size=2))
+        pipe.run()
+        redis_proc.stop()
+        short = conveyor.Client(c.target, timeout=3)
+        try:
+            started = time.monotonic()
+            with pytest.raises(errors.Unavailable, match="until the caller's deadline: a "
+                               "failover may still be under way"):
+                short.checkpoint("cut", consumed=1)
+            assert time.monotonic() - started < 3
+        finally:
+            short.close()
+        redis_proc.start()
+        assert pipe.checkpoint().batches == 1
 
 
 def test_checkpoint_answers_within_a_short_deadline_when_redis_hangs(

@@ -4,6 +4,7 @@ Sentinel."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import time
@@ -138,3 +139,135 @@ def start_sentinel(directory: Path) -> RedisMode:
 
 
 STARTERS = {"tls": start_tls, "cluster": start_cluster, "sentinel": start_sentinel}
+
+
+@dataclass
+class ReplicatedRedis:
+    """A primary with replicas, watched by Sentinels that agree (a quorum of two) and
+    fail over within about a second of the primary going silent."""
+    master_name: str
+    ports: list[int]
+    sentinel_ports: list[int]
+    procs: dict[int, subprocess.Popen[bytes]]
+    logs: Path
+
+    def config(self, **options: Any) -> RedisConfig:
+        return RedisConfig(mode="sentinel", master_name=self.master_name,
+                           sentinels=tuple(f"127.0.0.1:{p}" for p in self.sentinel_ports),
+                           **options)
+
+    def primary_port(self) -> int:
+        """The primary's port as the first Sentinel names it."""
+        client: Any = redis.Redis(host="127.0.0.1", port=self.sentinel_ports[0],
+                                  socket_timeout=1)
+        try:
+            return int(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                              self.master_name)[1])
+        finally:
+            client.close()
+
+    def kill_primary(self) -> int:
+        """kill -9 the primary (no warning to anyone); returns its port."""
+        port = self.primary_port()
+        self.procs[port].kill()
+        self.procs[port].wait(10)
+        return port
+
+    def switch_over(self) -> int:
+        """Ask the Sentinels for a failover (``SENTINEL FAILOVER``: the primary stays up and
+        is demoted to a replica); returns the primary's port before it."""
+        port = self.primary_port()
+        client: Any = redis.Redis(host="127.0.0.1", port=self.sentinel_ports[0],
+                                  socket_timeout=1)
+        try:
+            client.execute_command("SENTINEL", "FAILOVER", self.master_name)
+        finally:
+            client.close()
+        return port
+
+    def promoted(self, old: int) -> bool:
+        """Whether every Sentinel names a primary other than ``old``."""
+        for port in self.sentinel_ports:
+            client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+            try:
+                addr = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                              self.master_name)
+            finally:
+                client.close()
+            if int(addr[1]) == old:
+                return False
+        return True
+
+    def wait_promoted(self, old: int, timeout: float = 30.0) -> int:
+        """The new primary's port once every Sentinel names one other than ``old`` and it
+        says it is the primary."""
+        def promoted() -> bool:
+            if not self.promoted(old):
+                return False
+            new: Any = redis.Redis(host="127.0.0.1", port=self.primary_port(),
+                                   socket_timeout=1)
+            try:
+                return bool(new.info("replication")["role"] == "master")
+            finally:
+                new.close()
+        _wait(promoted, "a Sentinel failover", self.logs / "sentinel-0.log", timeout)
+        return self.primary_port()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            terminate(proc, 5)
+
+
+def _following(client: Any) -> bool:
+    return bool(client.info("replication")["master_link_status"] == "up")
+
+
+def start_replicated(directory: Path, replicas: int = 2, sentinels: int = 3,
+                     name: str = "conveyor-primary") -> ReplicatedRedis:
+    """Start a primary, ``replicas`` replicas following it and ``sentinels`` Sentinels
+    (quorum 2; ``down-after-milliseconds`` 500), waiting until every Sentinel sees every
+    replica and the other Sentinels, so a failover can start at once."""
+    directory.mkdir(parents=True, exist_ok=True)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    started = ReplicatedRedis(name, [], [], procs, directory)
+    try:
+        primary = free_port()
+        for i in range(replicas + 1):
+            port = primary if i == 0 else free_port()
+            follow = [] if i == 0 else ["--replicaof", "127.0.0.1", str(primary)]
+            procs[port], log = _spawn(directory, f"redis-{i}", "--port", str(port),
+                                      "--bind", "127.0.0.1", *follow)
+            client: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+            _wait(client.ping, f"redis-server {i}", log)
+            if i:
+                _wait(functools.partial(_following, client),
+                      f"replica {i} to follow the primary", log)
+            client.close()
+            started.ports.append(port)
+        for i in range(sentinels):
+            port = free_port()
+            conf = directory / f"sentinel-{i}.conf"
+            conf.write_text(f"port {port}\nbind 127.0.0.1\n"
+                            f"sentinel monitor {name} 127.0.0.1 {primary} 2\n"
+                            f"sentinel down-after-milliseconds {name} 500\n"
+                            f"sentinel failover-timeout {name} 3000\n"
+                            f"sentinel parallel-syncs {name} {replicas}\n")
+            log = directory / f"sentinel-{i}.log"
+            procs[port] = subprocess.Popen(
+                [find_redis_server(), str(conf), "--sentinel", "--dir", str(directory),
+                 "--logfile", str(log)], stdin=subprocess.DEVNULL)
+            started.sentinel_ports.append(port)
+        for i, port in enumerate(started.sentinel_ports):
+            watcher: Any = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+
+            def ready(watcher: Any = watcher) -> bool:
+                fields = watcher.sentinel_master(name)
+                return (int(fields["num-slaves"]) == replicas
+                        and int(fields["num-other-sentinels"]) == sentinels - 1)
+            _wait(ready, f"sentinel {i} to see the replicas and the other sentinels",
+                  directory / f"sentinel-{i}.log", 30)
+            watcher.close()
+    except BaseException:
+        started.stop()
+        raise
+    return started

@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                      "Redis for multi-node restore)", url, embedded.directory)
         store = Store(connect(cfg.redis, url), timeout=cfg.redis.timeout_s,
                       min_replicas=cfg.redis.min_replicas,
-                      replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s)
+                      replica_timeout=cfg.redis.replica_timeout_s, lease=cfg.redis.lease_s,
+                      failover=cfg.redis.failover_s)
         try:
             store.ping()
         except Unavailable as exc:

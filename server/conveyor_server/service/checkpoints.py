@@ -8,6 +8,7 @@ Redis by the caller's deadline.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import time
@@ -110,7 +111,8 @@ class CheckpointWriter:
         remaining = context.time_remaining()
         if remaining is None or remaining > self._store.timeout + DEADLINE_MARGIN_S:
             return call()
-        future = self._calls.submit(call)
+        # The caller's deadline (store/failover.py) goes with the call to its thread.
+        future = self._calls.submit(contextvars.copy_context().run, call)
         try:
             return future.result(timeout=max(0.0, remaining - DEADLINE_MARGIN_S))
         except FutureTimeout:

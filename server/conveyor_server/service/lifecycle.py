@@ -90,7 +90,9 @@ class Runtime:
             try:
                 holder = store.renew(hosted.name, self.service.instance)
             except ConveyorError:
-                continue  # the lease runs down; the streams stop when it ends
+                # Redis is out (tried over a failover already): the leases run down and
+                # the streams stop when they end; the next round tries them all again.
+                break
             if holder is None:
                 hosted.lease_until = started + store.lease
             else:

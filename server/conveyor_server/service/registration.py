@@ -5,9 +5,11 @@ marked with its kind (``rpc_kinds.unary``, ...) and written accordingly (a gener
 streaming response). Anything else stops the server before it starts, naming the RPC: a
 missing handler, a kind that differs from the descriptor's, a generator for a unary
 response, or a marked method the service does not have. Each behaviour gets the status
-mapping of ``status.mapped``. Streamed responses may be bytes already encoded (the batch
-frames of ``conveyor.transport.wire``): they are sent as they are, without another copy through a
-message.
+mapping of ``status.mapped``, and a unary response's behaviour runs within the caller's
+deadline as the store knows it (``store.failover.caller_deadline``: a store call tried
+again over a Redis failover answers before it). Streamed responses may be bytes already
+encoded (the batch frames of ``conveyor.transport.wire``): they are sent as they are, without
+another copy through a message.
 
 Requests reach the behaviour as bytes and are parsed inside the status mapping: bytes
 that are not the request message (garbage, a truncated message, a string field that is
@@ -29,6 +31,7 @@ from google.protobuf.message import DecodeError, Message
 from conveyor.errors import InvalidArgument
 from conveyor.v1 import service_pb2
 from conveyor_server.service import rpc_kinds, status
+from conveyor_server.store.failover import caller_deadline
 
 CONVEYOR = service_pb2.DESCRIPTOR.services_by_name["Conveyor"]
 
@@ -60,6 +63,14 @@ def _parsing(behaviour: rpc_kinds.Behaviour, request: type[Message],
     return one
 
 
+def _within_deadline(behaviour: rpc_kinds.Behaviour) -> rpc_kinds.Behaviour:
+    """A unary response's ``behaviour`` with the caller's deadline known to the store."""
+    def bounded(request: Any, context: grpc.ServicerContext) -> Any:
+        with caller_deadline(context.time_remaining()):
+            return behaviour(request, context)
+    return bounded
+
+
 def service_handler(servicer: object,
                     service: ServiceDescriptor = CONVEYOR) -> grpc.GenericRpcHandler:
     """The handlers of every RPC of ``service``, served by ``servicer``'s methods."""
@@ -84,6 +95,8 @@ def service_handler(servicer: object,
         serializer = (_encoded_or_message if method.server_streaming
                       else response.SerializeToString)
         parsed = _parsing(behaviour, request, method.client_streaming)
+        if not method.server_streaming:
+            parsed = _within_deadline(parsed)
         handlers[method.name] = rpc_kinds.method_handler(
             kind, status.mapped(parsed, method.name, method.server_streaming),
             None, serializer)

@@ -1,6 +1,7 @@
 """Connect to Redis as configured: standalone (redis://, rediss://, unix://), through
-Sentinel, or to a Redis Cluster. Every mode gets the same timeouts and no retries: a Redis
-that does not answer is reported at once, never waited out.
+Sentinel, or to a Redis Cluster. Every mode gets the same timeouts and no retries of its
+own: a call that fails is reported to the store at once, which tries the whole operation
+again only while the primary changes, for ``failover_s`` at most (``failover.py``).
 
 ``RedisConfig`` is the ``redis`` section of the server's configuration (the application
 reads it from the file, the environment and flags; its field names are the keys).
@@ -22,6 +23,10 @@ from redis.sentinel import Sentinel
 
 from conveyor.errors import InvalidArgument, Unavailable
 from conveyor.transport.channel import host_port
+
+#: Default of ``failover_s``: a Sentinel failover with ``down-after-milliseconds`` of a
+#: few seconds, its election and the clients' switch-over, with time to spare.
+FAILOVER_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class RedisConfig:
     #: How long a pipeline's name stays held without its server renewing the lease.
     lease_s: float = field(default=30.0, metadata={"min": 1.0})
     replica_timeout_s: float = field(default=1.0, metadata={"min": 0.01})
+    #: How long a call that fails as the primary changes (a failover) is tried again
+    #: against the new primary, never past the caller's deadline; 0: report it at once.
+    failover_s: float = field(default=FAILOVER_S, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,13 @@ def safe_address(url: str) -> str:
         return f"unix://{parts.path}"
     host = parts.hostname or "localhost"
     return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path or ''}"
+
+
+def reply_timeout(cfg: RedisConfig) -> float:
+    """How long a reply may take: ``timeout_s``, and ``replica_timeout_s`` more where a
+    write waits for replicas (its ``WAIT`` answers within that), so a WAIT that runs its
+    course is told apart from a silent Redis."""
+    return cfg.timeout_s + (cfg.replica_timeout_s if cfg.min_replicas else 0.0)
 
 
 def _tls_kwargs(cfg: RedisConfig) -> dict[str, Any]:
@@ -100,7 +115,7 @@ def connect(cfg: RedisConfig, url: str | None = None) -> Connection:
 
 def _connect(cfg: RedisConfig, url: str | None) -> Connection:
     common: dict[str, Any] = {
-        "socket_timeout": cfg.timeout_s, "socket_connect_timeout": cfg.timeout_s,
+        "socket_timeout": reply_timeout(cfg), "socket_connect_timeout": cfg.timeout_s,
         "retry": Retry(NoBackoff(), 0),
     }
     tls = _tls_kwargs(cfg)

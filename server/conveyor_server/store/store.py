@@ -6,7 +6,9 @@ slot and the Lua scripts (``scripts/``) stay atomic:
     conveyor:{name}:owner      hash: holder, instance, generation, fingerprint, keep,
                                latest (the newest checkpoint's seq), latest_id (its id),
                                creator (the identity that created it: who may use it),
-                               run_id (the training run consuming it)
+                               run_id (the training run consuming it), claim (the token
+                               of the create or take-over that wrote it), claimed_from
+                               (the holder a take-over took it from)
     conveyor:{name}:gen        the name's generation counter (survives delete: a zombie
                                from before a delete and re-create is still fenced)
     conveyor:{name}:seq        checkpoint sequence counter
@@ -14,6 +16,8 @@ slot and the Lua scripts (``scripts/``) stay atomic:
     conveyor:{name}:ckpts      sorted set of retained checkpoint sequence numbers
     conveyor:{name}:ckpt:<seq> hash: blob, sha256, batches, created_ms, server, generation,
                                nonce, creator and run_id (the owner's, when it was written)
+    conveyor:{name}:written:<random>  a checkpoint write's mark: its seq (MARK_S at least)
+    conveyor:{name}:released   the last delete's token and the holder it released
     conveyor:pipelines         set of claimed names (for listing)
     conveyor:listing:<sha256>  a reader's compressed file listing, by its digest (kept 30
                                days after last use; names the first changed file when a
@@ -36,8 +40,15 @@ command just after (listing then checks each name's owner, so a name is never li
 its owner key is gone).
 
 The records read back (owner, checkpoint) are in ``records.py``; those written before
-creators were recorded belong to ``ANONYMOUS``. Every call has a timeout and no retries;
-Redis errors become ``Unavailable`` naming the address without credentials.
+creators were recorded belong to ``ANONYMOUS``. Every call has a timeout; one that fails
+because the primary is changing (a failover) is tried again for ``failover`` seconds at most
+(``failover.py``), so every write here can be tried again without being applied twice: a
+take-over or create records its claim token in the owner (``claim``), a checkpoint leaves
+a short-lived mark of its random nonce (``conveyor:{name}:written:<random>``, holding its
+sequence) and a delete one of its token (``conveyor:{name}:released``); a script that finds
+its own mark answers what it did the first time. A write confirmed by ``WAIT`` sends both on
+one connection and is tried again as one. Redis errors become ``Unavailable`` naming the
+address without credentials, saying how long the call was tried and what to do.
 """
 
 from __future__ import annotations
@@ -51,7 +62,7 @@ from importlib import resources
 from typing import Any
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ReadOnlyError, RedisClusterException
 
 from conveyor.errors import (
     AlreadyExists,
@@ -63,6 +74,7 @@ from conveyor.errors import (
     Unavailable,
 )
 from conveyor_server.store.connect import Connection, RedisConfig, connect
+from conveyor_server.store.failover import Failover, Outlasted, ReplicasBehind
 from conveyor_server.store.ids import (
     checkpoint_id,
     new_nonce,
@@ -79,6 +91,9 @@ PIPELINES_KEY = "conveyor:pipelines"
 LEASE_S = 30.0
 #: How long a reader's file listing is kept after its pipeline last used it (30 days).
 LISTING_TTL_S = 30 * 24 * 3600
+#: The shortest life of a write's mark (a checkpoint's, a delete's), by which a write tried
+#: again over a failover finds that it was applied; at least four failover windows.
+MARK_S = 60.0
 
 
 def _listing_key(digest: bytes) -> str:
@@ -98,13 +113,14 @@ def lua_script(name: str) -> str:
 class Store:
     def __init__(self, where: str | Connection, *, timeout: float = 1.0,
                  min_replicas: int = 0, replica_timeout: float = 1.0,
-                 lease: float = LEASE_S) -> None:
+                 lease: float = LEASE_S, failover: float = 0.0) -> None:
         """``where``: a redis:// / rediss:// / unix:// URL, or a ``Connection`` made by
         ``connect.connect`` (Sentinel, Cluster, TLS files). ``min_replicas``: a take-over or
         checkpoint write returns only once that many replicas have it (Redis ``WAIT``,
         within ``replica_timeout`` seconds), else it fails with UNAVAILABLE: a failover of
         an asynchronously replicated Redis then cannot lose a fence or a checkpoint the
-        trainer was told about."""
+        trainer was told about. ``failover``: how long a call that fails as the primary
+        changes is tried again (``redis.failover_s``; 0, the default here: at once)."""
         if isinstance(where, str):
             where = connect(RedisConfig(url=where, timeout_s=timeout))
         self.address = where.address
@@ -118,6 +134,10 @@ class Store:
         #: How long a name stays held without its holder renewing it (seconds).
         self.lease = lease
         self._lease_ms = int(lease * 1000)
+        self._mark_ms = int(max(MARK_S, 4 * failover) * 1000)
+        # An attempt takes the timeout at most, and a write's WAIT its own timeout more.
+        attempt = timeout + (replica_timeout if min_replicas else 0.0)
+        self.failover = Failover(failover, attempt, self.address)
         # Typed as Any: redis-py's stubs type replies as bytes | str whatever decoding is on.
         self._redis: Any = where.client
         self._create = self._redis.register_script(lua_script("create"))
@@ -127,14 +147,60 @@ class Store:
         self._renew = self._redis.register_script(lua_script("renew"))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, tried again over a failover (``failover.py``); a Redis error is
+        ``Unavailable``."""
         try:
-            return fn()
+            return self.failover.run(what, fn)
+        except Outlasted as out:
+            raise Unavailable(self._failed(what, out.last) + self._tried(out)) from None
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException,
-                OSError) as exc:
-            raise Unavailable(f"Redis at {self.address} is unreachable ({what}): "
-                              f"{type(exc).__name__}") from None
-        except redis.ResponseError as exc:
-            raise Unavailable(f"Redis at {self.address} refused {what}: {exc}") from None
+                redis.ResponseError, OSError) as exc:
+            raise Unavailable(self._failed(what, exc)) from None
+
+    def _failed(self, what: str, exc: Exception) -> str:
+        if isinstance(exc, ReplicasBehind):
+            return (f"{exc.what} reached {exc.acked} of the {self.min_replicas} Redis "
+                    f"replicas required (redis.min_replicas) within "
+                    f"{self.replica_timeout:g} s: it may be lost if the primary fails now, "
+                    "so it is not confirmed")
+        if isinstance(exc, ReadOnlyError):
+            return (f"Redis at {self.address} refused {what}: it is a read-only replica, "
+                    "not the primary")
+        if isinstance(exc, redis.ResponseError):
+            return f"Redis at {self.address} refused {what}: {exc}"
+        return f"Redis at {self.address} is unreachable ({what}): {type(exc).__name__}"
+
+    def _tried(self, out: Outlasted) -> str:
+        """What the failover window did, and the next step."""
+        window = self.failover.window_s
+        if not window:
+            return ""
+        if out.by_deadline:
+            return (f"; tried for {out.tried_s:.1f} s, until the caller's deadline: a "
+                    "failover may still be under way; try again, or call with a longer "
+                    "deadline")
+        tried = f"; tried for {out.tried_s:.1f} s (redis.failover_s: {window:g} s)"
+        if isinstance(out.last, ReplicasBehind):
+            return (f"{tried} and the replicas did not catch up: check that they run and "
+                    "follow the primary (or lower redis.min_replicas)")
+        return (f"{tried} and no primary answered: Redis is down, or fails over slower "
+                "than that; check that Redis (and its Sentinels) runs and this server "
+                "reaches it, then try again")
+
+    def _confirmed(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Any, int]:
+        """Run ``script``; with ``min_replicas``, then ``WAIT`` on the same connection.
+        Returns its reply and how many replicas have it (0 when none are required)."""
+        if not self.min_replicas:
+            return script(keys=keys, args=args), 0
+        pipe = self._redis.pipeline(transaction=False)
+        script(keys=keys, args=args, client=pipe)
+        pipe.wait(self.min_replicas, int(self.replica_timeout * 1000))
+        reply, acked = pipe.execute()
+        return reply, int(acked)
+
+    def _require_replicas(self, acked: int, what: str) -> None:
+        if self.min_replicas and acked < self.min_replicas:
+            raise ReplicasBehind(acked, what)
 
     def ping(self) -> bool:
         return bool(self._call("ping", self._redis.ping))
@@ -148,9 +214,10 @@ class Store:
                creator: str = ANONYMOUS, run_id: str = "") -> int:
         """Claim a free name for ``creator``, or its own whose holder's lease ran out."""
         keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
+        claim = new_nonce()  # the same in every try: a try finds an earlier one's claim
         ok, value = self._call("create", lambda: self._create(
             keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
-                             creator, run_id]))
+                             creator, run_id, claim]))
         if not ok:
             raise AlreadyExists(f"pipeline {name!r} already exists, held by server "
                                 f"{value.decode()}", holder=value.decode())
@@ -166,38 +233,31 @@ class Store:
         (FailedPrecondition). Returns (generation, previous holder or "")."""
         keys = self._with_set([_k(name, "owner"), _k(name, "gen"), _k(name, "lease")])
         expected = "-" if expect_creator is None else expect_creator
-        gen, previous = self._call("restore", lambda: self._take_over(
-            keys=keys, args=[name, holder, instance, fingerprint, keep, self._lease_ms,
-                             creator, expected, run_id]))
-        if int(gen) < 0:
+        args = [name, holder, instance, fingerprint, keep, self._lease_ms, creator, expected,
+                run_id, new_nonce()]
+
+        def claim() -> tuple[int, bytes]:
+            (gen, previous), acked = self._confirmed(self._take_over, keys, args)
+            if int(gen) > 0:
+                self._require_replicas(acked, "the take-over")
+            return int(gen), previous
+
+        gen, previous = self._call("restore", claim)
+        if gen < 0:
             raise FailedPrecondition(f"pipeline {name!r} changed hands while it was being "
                                      "restored: nothing was taken over; try again")
-        self._replicated("the take-over")
         self._update_set("sadd", name)
         return int(gen), previous.decode()
-
-    def _replicated(self, what: str) -> None:
-        """Wait until ``min_replicas`` replicas have this connection's writes; UNAVAILABLE
-        naming how many did if they do not within ``replica_timeout``."""
-        if not self.min_replicas:
-            return
-        acked = int(self._call("wait for replicas", lambda: self._redis.wait(
-            self.min_replicas, int(self.replica_timeout * 1000))))
-        if acked < self.min_replicas:
-            raise Unavailable(f"{what} reached {acked} of the {self.min_replicas} Redis "
-                              f"replicas required (redis.min_replicas) within "
-                              f"{self.replica_timeout:g} s: it may be lost if the primary "
-                              "fails now, so it is not confirmed")
 
     def release(self, name: str, instance: str, keep_checkpoints: bool, *,
                 force: bool = False, generation: int | None = None) -> str:
         """Release ``name`` (held by ``instance`` at ``generation`` if given, or by anyone
         with ``force``); returns the holder it had."""
         keys = self._with_set([_k(name, "owner"), _k(name, "ckpts"), _k(name, "gen"),
-                               _k(name, "lease")])
-        ok, holder = self._call("delete", lambda: self._release(
-            keys=keys, args=[name, instance, int(keep_checkpoints), _k(name, "ckpt:"),
-                             int(force), "" if generation is None else generation]))
+                               _k(name, "lease"), _k(name, "released")])
+        args = [name, instance, int(keep_checkpoints), _k(name, "ckpt:"), int(force),
+                "" if generation is None else generation, new_nonce(), self._mark_ms]
+        ok, holder = self._call("delete", lambda: self._release(keys=keys, args=args))
         if not ok:
             if not holder:
                 raise NotFound(f"pipeline {name!r} does not exist")
@@ -272,18 +332,28 @@ class Store:
                          batches: int, server: str) -> StoredCheckpoint:
         created = int(time.time() * 1000)
         sha = hashlib.sha256(blob).hexdigest()
-        random_part = new_nonce()
-        keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts")]
+        random_part = new_nonce()  # also marks this write, found by a try after a failover
+        keys = [_k(name, "owner"), _k(name, "seq"), _k(name, "ckpts"),
+                _k(name, f"written:{random_part}")]
         args: list[str | int | bytes] = [instance, generation, blob, sha, batches, created,
-                                         server, _k(name, "ckpt:"), name, random_part]
-        ok, value = self._call("checkpoint", lambda: self._write(keys=keys, args=args))
+                                         server, _k(name, "ckpt:"), name, random_part,
+                                         self._mark_ms]
+
+        def write() -> tuple[int, Any]:
+            (ok, value), acked = self._confirmed(self._write, keys, args)
+            if ok:
+                seq = int(value)
+                self._require_replicas(acked, "checkpoint " + checkpoint_id(
+                    name, seq, sealed_nonce(name, seq, random_part)))
+            return ok, value
+
+        ok, value = self._call("checkpoint", write)
         if not ok:
             holder = value.decode() if value else "nobody (deleted)"
             raise Fenced(f"pipeline {name!r} is now held by server {holder}: this server's "
                          "checkpoints are refused", holder=value.decode() if value else "")
         seq = int(value)
         nonce = sealed_nonce(name, seq, random_part)
-        self._replicated(f"checkpoint {checkpoint_id(name, seq, nonce)}")
         return StoredCheckpoint(checkpoint_id(name, seq, nonce), name, batches, created,
                                 len(blob), server, generation, blob)
 

@@ -6,9 +6,19 @@
 -- 'latest_id' is this checkpoint's full id '<name>:<seq>-<nonce>'. The checkpoint keeps the
 -- owner's creator, so a restore anywhere, even after the name was deleted, knows whose it is,
 -- and its run id, so a resumed run goes on as the same run.
+-- The write leaves a mark (KEYS[4], named by its random digits) holding its sequence for
+-- ARGV[11] ms: a write tried again after a failover that finds its mark answers the same
+-- {1, sequence} (renewing the mark, so a WAIT after it covers the checkpoint) rather than
+-- storing the checkpoint twice.
 -- Returns {1, sequence}.
--- KEYS: owner, seq, ckpts
--- ARGV: instance, generation, blob, sha, batches, created, server, prefix, name, random
+-- KEYS: owner, seq, ckpts, mark
+-- ARGV: instance, generation, blob, sha, batches, created, server, prefix, name, random,
+--       mark_ms
+local done = redis.call('GET', KEYS[4])
+if done then
+  redis.call('PEXPIRE', KEYS[4], ARGV[11])
+  return {1, tonumber(done)}
+end
 local inst = redis.call('HGET', KEYS[1], 'instance')
 local gen = redis.call('HGET', KEYS[1], 'generation')
 if inst ~= ARGV[1] or gen ~= ARGV[2] then
@@ -21,6 +31,7 @@ redis.call('HSET', ARGV[8] .. seq, 'blob', ARGV[3], 'sha256', ARGV[4], 'batches'
            'creator', redis.call('HGET', KEYS[1], 'creator') or 'anonymous',
            'run_id', redis.call('HGET', KEYS[1], 'run_id') or '')
 redis.call('ZADD', KEYS[3], seq, seq)
+redis.call('SET', KEYS[4], seq, 'PX', ARGV[11])
 redis.call('HSET', KEYS[1], 'latest', seq, 'latest_id', ARGV[9] .. ':' .. seq .. '-' .. nonce)
 local keep = tonumber(redis.call('HGET', KEYS[1], 'keep'))
 local count = redis.call('ZCARD', KEYS[3])
