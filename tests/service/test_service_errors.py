@@ -208,7 +208,7 @@ def test_sigterm_drain_ends_the_stream_with_a_usable_checkpoint(
 ) -> None:
     a, b = start_server(), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=3)
-    with client(a) as ca, client(b) as cb:
+    with client(a, failover=False) as ca, client(b) as cb:  # the trainer moves it itself
         pipe = ca.create("drain", spec)
         run_batches(pipe, 2)  # type: ignore[arg-type]
         import threading
@@ -232,7 +232,7 @@ def test_a_slow_consumer_resumes_after_what_it_consumed_past_the_drain(
     consumed after it are not received twice when the trainer restores with its count."""
     a, b = start_server("--grace", "1"), start_server()
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2, prefetch_queue_depth=4)
-    with client(a) as ca, client(b) as cb:
+    with client(a, failover=False) as ca, client(b) as cb:  # the trainer moves it itself
         pipe = ca.create("slow", spec)
         run_batches(pipe, 2)  # type: ignore[arg-type]
         wait_for(lambda: ca.pipeline("slow").sent >= 4, "the server to send ahead")
