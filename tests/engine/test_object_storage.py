@@ -1,0 +1,190 @@
+"""``readers.file`` over a real S3 server (SeaweedFS on loopback): the same batches as from
+a folder holding the same files, a restore over a changed object refused naming its key,
+and every bad input a clear error naming the bucket or key, never INTERNAL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conveyor import errors, fn, pipeline_def
+from conveyor_server import Pipeline
+from conveyor_server.engine.data.file_list import resolve
+from conveyor_server.engine.data.listings import MemoryListings
+from conveyor_server.engine.data.object_store import (
+    BucketSettings,
+    ObjectStores,
+    ObjectStoreSettings,
+)
+from tests.support.images import make_image_folder
+from tests.support.seaweed import OUTSIDER, REGION, WeedProcess
+
+
+@pipeline_def(batch_size=4, num_threads=2, seed=7, enable_checkpointing=True)
+def raw(**reader: Any) -> Any:
+    files, labels = fn.readers.file(name="reader", **reader)
+    return files, labels
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedProcess]:
+    proc = WeedProcess(tmp_path_factory.mktemp("weed")).start()
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def dataset(weed: WeedProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder data set (classes, a nested folder, a file right below the root, a file
+    the filters leave out) and the same files in ``s3://data/train``."""
+    root = tmp_path_factory.mktemp("local")
+    train = make_image_folder(root / "train", counts=(3, 2, 4))
+    (train / "class_1" / "deeper").mkdir()
+    (train / "class_1" / "deeper" / "a.jpg").write_bytes((train / "class_0" /
+                                                          "img_000.jpg").read_bytes())
+    (train / "class_1" / "z.jpg").write_bytes((train / "class_2" / "img_001.jpg").read_bytes())
+    (train / "loose.jpg").write_bytes(b"not a sample")
+    (train / "class_0" / "notes.txt").write_text("left out by the filters")
+    weed.create_bucket("data")
+    weed.upload_tree("data", train, "train")
+    return root
+
+
+@pytest.fixture
+def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standard AWS environment, nothing Conveyor-specific."""
+    for key, value in weed.env().items():
+        monkeypatch.setenv(key, value)
+
+
+def stores(weed: WeedProcess, **bucket: Any) -> ObjectStores:
+    settings = dict(endpoint=weed.endpoint, region=REGION, allow_http=True) | bucket
+    return ObjectStores(ObjectStoreSettings(default=BucketSettings(**settings)))
+
+
+def batches(pipe: Pipeline, count: int) -> list[tuple[list[bytes], list[int]]]:
+    out = []
+    for _ in range(count):
+        files, labels = pipe.run()
+        out.append(([bytes(f) for f in files], [int(np.asarray(x)[0]) for x in labels]))
+    return out
+
+
+def test_objects_list_and_read_as_the_same_folder(weed: WeedProcess, dataset: Path,
+                                                  aws_env: None) -> None:
+    local = resolve({"file_root": str(dataset / "train")}, [dataset])
+    remote = resolve({"file_root": "s3://data/train"}, ["s3://data"], stores(weed))
+    assert [(e.relative, e.size, e.label) for e in remote] == \
+        [(e.relative, e.size, e.label) for e in local]
+    assert all(e.etag for e in remote)
+    spec = dict(random_shuffle=True, shuffle_after_epoch=False)
+    with Pipeline(raw(file_root=str(dataset / "train"), **spec),
+                  data_roots=[dataset]) as a, \
+            Pipeline(raw(file_root="s3://data/train", **spec), data_roots=["s3://data"],
+                     objects=stores(weed)) as b:
+        assert batches(a, 7) == batches(b, 7)  # over two epochs
+
+
+def test_files_and_file_list_name_objects(weed: WeedProcess, dataset: Path,
+                                          aws_env: None) -> None:
+    weed.put("data", "lists/train.txt",
+             b"train/class_2/img_003.jpg 5\ntrain/class_0/img_001.jpg 1\n")
+    objects = stores(weed)
+    listed = resolve({"file_list": "s3://data/lists/train.txt", "file_root": "s3://data"},
+                     ["s3://data"], objects)
+    assert [(e.path, e.label) for e in listed] == [
+        ("s3://data/train/class_2/img_003.jpg", 5), ("s3://data/train/class_0/img_001.jpg", 1)]
+    named = resolve({"files": ["class_2/img_003.jpg"], "file_root": "s3://data/train"},
+                    ["s3://data/train"], objects)
+    assert named[0].size == listed[0].size and named[0].etag == listed[0].etag
+    with Pipeline(raw(files=["s3://data/train/class_0/img_001.jpg"], labels=[9]),
+                  data_roots=["s3://data"], objects=objects) as pipe:
+        files, labels = batches(pipe, 1)[0]
+    assert files[0] == (dataset / "train" / "class_0" / "img_001.jpg").read_bytes()
+    assert labels[0] == 9
+
+
+def test_a_restore_over_a_changed_object_is_refused_naming_its_key(
+        weed: WeedProcess, dataset: Path, aws_env: None) -> None:
+    weed.upload_tree("data", dataset / "train", "changing/train")
+    spec = raw(file_root="s3://data/changing/train", random_shuffle=True)
+    listings = MemoryListings()
+    kw: dict[str, Any] = dict(data_roots=["s3://data/changing"], listings=listings)
+    with Pipeline(spec, objects=stores(weed), **kw) as pipe:
+        batches(pipe, 1)
+        blob = pipe.checkpoint()
+        expected = batches(pipe, 2)
+    with Pipeline(spec, checkpoint=blob, objects=stores(weed), **kw) as again:
+        assert batches(again, 2) == expected  # unchanged: the same bytes
+    key = "train/class_0/img_001.jpg"
+    data = bytearray((dataset / key).read_bytes())
+    data[-3] ^= 0xFF  # the same size, other bytes: only the ETag tells
+    weed.put("data", f"changing/{key}", bytes(data))
+    with pytest.raises(errors.DataChanged, match=r"first change: file \d+ "
+                       r"'<root 0>/train/class_0/img_001.jpg' changed \(ETag or version\)"):
+        Pipeline(spec, checkpoint=blob, objects=stores(weed), **kw)
+
+
+def test_an_object_removed_after_listing_is_a_data_file_error_naming_it(
+        weed: WeedProcess, dataset: Path, aws_env: None) -> None:
+    weed.upload_tree("data", dataset / "train" / "class_0", "shrinking/only")
+    with Pipeline(raw(file_root="s3://data/shrinking"), data_roots=["s3://data/shrinking"],
+                  objects=stores(weed)) as pipe:
+        weed.delete("data", "shrinking/only/img_002.jpg")
+        with pytest.raises(errors.DataFileError, match=r"'<root 0>/only/img_002.jpg' \(bucket "
+                           r"'data', key 'shrinking/only/img_002.jpg'\): no such key: it was "
+                           "removed"):
+            batches(pipe, 1)
+
+
+BAD = [
+    ("s3://no-such-bucket/train", ["s3://no-such-bucket"], {}, errors.InvalidArgument,
+     r"the bucket 'no-such-bucket' does not exist: check"),
+    ("s3://data/nothing-here", ["s3://data"], {}, errors.InvalidArgument,
+     r"file_root '<root 0>/nothing-here': no object has a key below nothing-here/: check"),
+    ("s3://data/train", ["s3://data/other"], {}, errors.PermissionDenied,
+     r"file_root 's3://data/train' is outside the data roots.*--data-root s3://"),
+    ("s3://Not_A_Bucket/train", None, {}, errors.InvalidArgument,
+     r"'Not_A_Bucket' is not a bucket name"),
+    ("s3://data/train/../secret", None, {}, errors.InvalidArgument,
+     r"a key with an empty, '.' or '..' component is refused"),
+    ("gs://data/train", None, {}, errors.InvalidArgument,
+     r"the scheme gs:// is not served"),
+    ("s3://data/train", ["s3://data"], {"allow_http": False}, errors.InvalidArgument,
+     r"bucket 'data': its endpoint 'http://127.0.0.1:\d+' is plain http.*allow_http: true"),
+]
+
+
+@pytest.mark.parametrize(("root", "roots", "bucket", "error", "message"), BAD)
+def test_bad_input_is_a_clear_error(weed: WeedProcess, dataset: Path, aws_env: None,
+                                    root: str, roots: list[str] | None, bucket: dict[str, Any],
+                                    error: type[errors.ConveyorError], message: str) -> None:
+    with pytest.raises(error, match=message) as raised:
+        Pipeline(raw(file_root=root), data_roots=roots, objects=stores(weed, **bucket))
+    assert raised.value.code not in ("INTERNAL", "UNKNOWN")
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in str(raised.value)
+
+
+def test_access_denied_names_the_bucket(weed: WeedProcess, dataset: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in weed.env(OUTSIDER).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(errors.PermissionDenied, match=r"access denied by the store for bucket "
+                       r"'data': give the server's identity") as raised:
+        Pipeline(raw(file_root="s3://data/train"), data_roots=["s3://data"],
+                 objects=stores(weed))
+    assert OUTSIDER[1] not in str(raised.value)
+
+
+def test_a_missing_key_in_files_names_it(weed: WeedProcess, dataset: Path,
+                                         aws_env: None) -> None:
+    with pytest.raises(errors.DataFileError, match=r"cannot read 's3://data/train/nope.jpg' "
+                       r"\(bucket 'data', key 'train/nope.jpg'\): no such key"):
+        Pipeline(raw(files=["s3://data/train/nope.jpg"]), objects=stores(weed))
