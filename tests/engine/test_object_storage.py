@@ -65,7 +65,8 @@ def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def stores(weed: WeedProcess, **bucket: Any) -> ObjectStores:
-    settings = dict(endpoint=weed.endpoint, region=REGION, allow_http=True) | bucket
+    settings: dict[str, Any] = dict(endpoint=weed.endpoint, region=REGION, allow_http=True)
+    settings |= bucket
     return ObjectStores(ObjectStoreSettings(default=BucketSettings(**settings)))
 
 

@@ -37,7 +37,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".pgm", ".ppm", ".pbm", ".p
 OP = "readers.file"
 
 
-Roots = Sequence[Path] | DataRoots | None
+Roots = Sequence[str | Path] | DataRoots | None
 
 def data_roots(roots: Roots) -> DataRoots | None:
     """``roots`` resolved (once) as ``DataRoots``; None allows any path."""
