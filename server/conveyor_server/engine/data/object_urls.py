@@ -19,7 +19,7 @@ from conveyor.errors import InvalidArgument
 #: Schemes of object stores, and the ones read.
 _OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs")
 SERVED_SCHEMES = ("s3",)
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 
@@ -69,7 +69,7 @@ def parse_object_url(text: str, what: str = "path") -> ObjectUrl:
             " (S3 and S3-compatible stores)")
     rest = text[len(scheme) + 3:]
     bucket, _, key = rest.partition("/")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+    if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
         raise InvalidArgument(
             f"{what} {text!r}: {bucket!r} is not a bucket name (3 to 63 lowercase letters, "
             "digits, dots and hyphens): write s3://BUCKET/KEY")
