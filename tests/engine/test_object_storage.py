@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import errors, fn, pipeline_def
+from conveyor import errors, fn, pipeline_def, tfrecord
 from conveyor_server import Pipeline
 from conveyor_server.engine.data.file_list import resolve
 from conveyor_server.engine.data.listings import MemoryListings
@@ -189,3 +189,35 @@ def test_a_missing_key_in_files_names_it(weed: WeedProcess, dataset: Path,
     with pytest.raises(errors.DataFileError, match=r"cannot read 's3://data/train/nope.jpg' "
                        r"\(bucket 'data', key 'train/nope.jpg'\): no such key"):
         Pipeline(raw(files=["s3://data/train/nope.jpg"]), objects=stores(weed))
+
+
+@pipeline_def(batch_size=1, seed=3)
+def other_reader(reader: str, **args: Any) -> Any:
+    out = getattr(fn.readers, reader)(**args)
+    if isinstance(out, dict):
+        return next(iter(out.values()))
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+OTHER_READERS = [
+    ("numpy", {"file_root": "s3://data/arrays"}, "file_root"),
+    ("numpy", {"files": ["s3://data/arrays/a.npy"]}, "file"),
+    ("webdataset", {"paths": ["s3://data/shards/a.tar"], "ext": ["jpg"]}, "shard"),
+    ("tfrecord", {"path": ["s3://data/r.tfrecord"], "index_path": ["s3://data/r.idx"],
+                  "features": {"x": tfrecord.FixedLenFeature([], tfrecord.int64, -1)}},
+     "TFRecord file"),
+    ("coco", {"file_root": "s3://data/images", "annotations_file": "s3://data/a.json"},
+     "annotations file"),
+    ("caffe", {"path": ["s3://data/lmdb"]}, "path"),
+    ("caffe2", {"path": ["s3://data/lmdb"]}, "path"),
+]
+
+
+@pytest.mark.parametrize(("reader", "args", "what"), OTHER_READERS)
+def test_readers_of_local_files_refuse_object_urls_clearly(reader: str, args: dict[str, Any],
+                                                           what: str) -> None:
+    """No request is made: the refusal comes before any store is asked."""
+    with pytest.raises(errors.NotSupported, match=rf"readers.{reader}: {what} 's3://data/.*' "
+                       rf"is in object storage, which readers.{reader} does not read") as raised:
+        Pipeline(other_reader(f"{reader}", **args), data_roots=["s3://data"])
+    assert raised.value.code == "INVALID_ARGUMENT"

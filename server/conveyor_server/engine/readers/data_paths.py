@@ -7,6 +7,9 @@ that root, one component at a time without following symlinks (``DataRoots.open`
 symlink swapped in since is refused rather than followed out of the root. Messages name a
 file ``<root N>/relative/path``, never the root. Without data roots (a pipeline in the
 trainer's own process) files are opened and named as given.
+
+These readers read local files only (an LMDB database is memory-mapped; the others read
+files by offset): an object storage URL given to one is refused, naming the argument.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import os
 import stat
 from dataclasses import dataclass
 
-from conveyor.errors import DataFileError, InvalidArgument
+from conveyor.errors import DataFileError, InvalidArgument, NotSupported
 from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.data.object_urls import is_object_url
 from conveyor_server.engine.data.roots import (
     DataRoots,
     RealPaths,
@@ -62,6 +66,15 @@ class ReaderPaths:
             return item.path
         return f"{root_label(item.root)}/{item.relative}".rstrip("/")
 
+    def local_only(self, path: str, what: str) -> None:
+        """Refuse an object storage URL: this reader reads local files."""
+        if is_object_url(path):
+            raise NotSupported(
+                self.op, None, f"{what} {path!r} is in object storage, which {self.op} does "
+                "not read (it reads local files beneath a data root): copy the data to a "
+                "folder beneath a data root, or read objects with readers.file; see "
+                "docs/guides/object-storage.md")
+
     def _outside(self, path: str, real: str, what: str) -> tuple[int, str]:
         if self.roots is None:
             return -1, ""
@@ -72,6 +85,7 @@ class ReaderPaths:
 
     def real_dir(self, path: str, what: str) -> str:
         """The real path of the folder ``path``, checked against the roots."""
+        self.local_only(path, what)
         real = os.path.realpath(path)
         self._outside(path, real, what)
         if not os.path.isdir(real):
@@ -82,6 +96,7 @@ class ReaderPaths:
         """The regular file ``path``, listed: PermissionDenied if it lies outside the data
         roots (checked first, also for one that does not exist), DataFileError naming it if
         it cannot be read, InvalidArgument if a listing cannot hold its name."""
+        self.local_only(path, what)
         if why := unfit_name(path):
             raise InvalidArgument(f"{self.op}: {what} {self.name(path.replace(chr(0), '?'))!r} "
                                   f"{why}: rename it")
