@@ -228,11 +228,17 @@ class ObjectStores:
                               meta["version"] or "")
         return await self._retried("head", url, head)
 
-    async def get_async(self, url: ObjectUrl, info: ObjectInfo | None = None) -> bytes:
-        """The object's bytes; with ``info`` (as listed), only the same object: another
-        ETag (or version) raises ObjectStoreFailure "changed"."""
+    async def get_async(self, url: ObjectUrl, info: ObjectInfo | None = None,
+                        byte_range: tuple[int, int] | None = None) -> bytes:
+        """The object's bytes (``byte_range``: [start, end) of them; fewer at its end);
+        with ``info`` (as listed), only the same object: another ETag (or version) raises
+        ObjectStoreFailure "changed"."""
         store = self._store(url.bucket)
         options: dict[str, Any] = {}
+        if byte_range is not None:
+            if byte_range[0] >= byte_range[1]:
+                return b""
+            options["range"] = byte_range
         if info is not None:
             if info.etag:
                 options["if_match"] = info.etag
@@ -262,8 +268,9 @@ class ObjectStores:
     def head(self, url: ObjectUrl) -> ObjectInfo:
         return self.submit(self.head_async(url)).result()
 
-    def get(self, url: ObjectUrl, info: ObjectInfo | None = None) -> bytes:
-        return self.submit(self.get_async(url, info)).result()
+    def get(self, url: ObjectUrl, info: ObjectInfo | None = None,
+            byte_range: tuple[int, int] | None = None) -> bytes:
+        return self.submit(self.get_async(url, info, byte_range)).result()
 
     def get_range(self, url: ObjectUrl, start: int, end: int) -> bytes:
         return self.submit(self.get_range_async(url, start, end)).result()

@@ -8,8 +8,11 @@ symlink swapped in since is refused rather than followed out of the root. Messag
 file ``<root N>/relative/path``, never the root. Without data roots (a pipeline in the
 trainer's own process) files are opened and named as given.
 
-These readers read local files only (an LMDB database is memory-mapped; the others read
-files by offset): an object storage URL given to one is refused, naming the argument.
+A reader given the server's object storage clients (``objects``) reads ``s3://`` files as
+well: each is looked up (``HEAD``: size, ETag, version) when the pipeline is built, checked
+against the object roots, and read whole or by byte range, only while its ETag is the
+listed one. A reader without them (an LMDB database is memory-mapped) refuses an object
+storage URL, naming the argument.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from dataclasses import dataclass
 
 from conveyor.errors import DataFileError, InvalidArgument, NotSupported
 from conveyor_server.engine.data.file_list import unfit_name
-from conveyor_server.engine.data.object_urls import is_object_url
+from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
+from conveyor_server.engine.data.object_list import ObjectPlaces
+from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
+from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
 from conveyor_server.engine.data.roots import (
     DataRoots,
     RealPaths,
@@ -45,16 +51,29 @@ class Located:
     #: The data root it lies beneath (-1 without roots) and its real path relative to it.
     root: int = -1
     relative: str = ""
+    #: An object's ETag and version id, as listed ("" for a file).
+    etag: str = ""
+    version: str = ""
+
+    @property
+    def stamp(self) -> str:
+        """What changes with the file's contents, as listed (see ``FileEntry.stamp``)."""
+        if not self.etag:
+            return str(self.mtime_ns)
+        return f"etag {self.etag}" + (f" version {self.version}" if self.version else "")
 
 
 class ReaderPaths:
     """One reader's view of the data roots. Each folder's real path is resolved once, so
     locating a file costs one ``lstat`` (and a full resolution only for a symlink)."""
 
-    def __init__(self, op: str, roots: DataRoots | None) -> None:
+    def __init__(self, op: str, roots: DataRoots | None,
+                 objects: ObjectStores | None = None) -> None:
         self.op = op
         self.roots = roots
         self._real_paths = RealPaths()
+        #: The object storage clients, for a reader that reads objects (None: local only).
+        self._places = ObjectPlaces(op, roots, objects) if objects is not None else None
 
     def name(self, path: str) -> str:
         """A path as messages name it."""
@@ -68,7 +87,7 @@ class ReaderPaths:
 
     def local_only(self, path: str, what: str) -> None:
         """Refuse an object storage URL: this reader reads local files."""
-        if is_object_url(path):
+        if is_object_url(path) and self._places is None:
             raise NotSupported(
                 self.op, None, f"{what} {path!r} is in object storage, which {self.op} does "
                 "not read (it reads local files beneath a data root): copy the data to a "
@@ -97,6 +116,8 @@ class ReaderPaths:
         roots (checked first, also for one that does not exist), DataFileError naming it if
         it cannot be read, InvalidArgument if a listing cannot hold its name."""
         self.local_only(path, what)
+        if self._places is not None and is_object_url(path):
+            return self._locate_object(path, what)
         if why := unfit_name(path):
             raise InvalidArgument(f"{self.op}: {what} {self.name(path.replace(chr(0), '?'))!r} "
                                   f"{why}: rename it")
@@ -118,6 +139,41 @@ class ReaderPaths:
         if not stat.S_ISREG(st.st_mode):
             raise DataFileError(f"{self.op}: {what} {self.name(path)!r} is not a regular file")
         return Located(path, st.st_size, st.st_mtime_ns, root, relative)
+
+    def _locate_object(self, path: str, what: str) -> Located:
+        assert self._places is not None
+        url, root, relative = self._places.url(path, what)
+        if why := unfit_name(str(url)):
+            raise InvalidArgument(f"{self.op}: {what} {self.name(str(url))!r} {why}: rename it")
+        [info] = self._places.heads([url])
+        return Located(str(url), info.size, 0, root, relative, info.etag, info.version)
+
+    def _object(self, item: Located) -> ObjectUrl | None:
+        if not item.etag and not is_object_url(item.path):
+            return None
+        root = self.roots.object_root(item.root) if self.roots is not None else None
+        return root.below(item.relative) if root is not None else parse_object_url(item.path)
+
+    def read_range(self, item: Located, offset: int, length: int, what: str = "") -> bytes:
+        """Up to ``length`` bytes of the listed file from ``offset`` (fewer only at its
+        end); DataFileError naming it if it cannot be read (an object: also if it is no
+        longer the listed one)."""
+        url = self._object(item)
+        if url is not None:
+            assert self._places is not None
+            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
+            try:
+                return self._places.objects.get(url, info, (offset, offset + length))
+            except ObjectStoreFailure as failure:
+                raise read_error(failure, self.op, self.name_of(item)) from None
+        fd = self.open(item, what)
+        try:
+            return os.pread(fd, length, offset)
+        except OSError as exc:
+            raise DataFileError(f"{self.op}: cannot read {self.name_of(item)!r}: "
+                                f"{exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
 
     def open(self, item: Located, what: str = "") -> int:
         """A descriptor of the listed file, opened beneath its root (as given without
@@ -149,6 +205,8 @@ class ReaderPaths:
     def read_text(self, path: str, what: str) -> str:
         """The UTF-8 text of the file ``path`` (a file list, an index file), opened as a
         data file is; InvalidArgument naming it if it cannot be read."""
+        if self._places is not None and is_object_url(path):
+            return self._places.read_text(self._places.url(path, what)[0], what)
         item = self.locate(path, what)
         try:
             with os.fdopen(self.open(item, what), encoding="utf-8") as f:
