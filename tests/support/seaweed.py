@@ -91,7 +91,9 @@ class WeedProcess:
                 "-s3", f"-s3.port={self.s3}", f"-s3.config={self.config}",
                 "-master.volumeSizeLimitMB=8", "-volume.max=64",
                 # Restarted on its files, the master leads again at once.
-                "-master.resumeState=false", "-master.electionTimeout=1s"]
+                "-master.resumeState=false", "-master.electionTimeout=1s",
+                # No fixed ports (two stores at once would collide on them), no telemetry.
+                "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, cwd=self.directory)
@@ -99,24 +101,28 @@ class WeedProcess:
         return self
 
     def _wait_ready(self) -> None:
-        """Until the S3 gateway answers a request (any answer: it is serving)."""
+        """Until the filer and the S3 gateway answer a request (any answer: they serve)."""
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited ({self.proc.returncode}); see {self.log}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.s3), timeout=0.2):
-                    pass
-                urllib.request.urlopen(f"{self.endpoint}/", timeout=1)
-            except urllib.error.HTTPError:
-                return  # it answers (403: the request was not signed)
-            except OSError:
+        for port in (self.filer, self.s3):
+            while not self._answers(port):
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"weed exited ({self.proc.returncode}); see "
+                                       f"{self.log}: {self.log.read_text()[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"weed did not answer on port {port} in "
+                                       f"{START_TIMEOUT} s; see {self.log}")
                 time.sleep(0.05)
-                continue
-            return
-        raise RuntimeError(f"weed's S3 gateway did not answer in {START_TIMEOUT} s; see "
-                           f"{self.log}")
+
+    @staticmethod
+    def _answers(port: int) -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()
+        except urllib.error.HTTPError:
+            return True  # it answers (the S3 gateway: 403, the request was not signed)
+        except OSError:
+            return False
+        return True
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
