@@ -183,6 +183,10 @@ class ObjectStorageConfig:
     fetch_ahead_bytes: int = field(default=256 << 20, metadata={"min": 0})
     #: Objects one reader's listing may hold.
     max_listed_objects: int = field(default=10_000_000, metadata={"min": 1})
+    #: The node cache: a folder where whole objects are kept for every pipeline of this
+    #: server (none by default), and its bound in bytes.
+    cache_dir: str | None = None
+    cache_max_bytes: int = field(default=10 << 30, metadata={"min": 1})
     #: Per bucket, a mapping of ``endpoint``, ``region``, ``virtual_hosted_style`` and
     #: ``allow_http`` replacing the settings above for that bucket.
     buckets: Mapping[str, Any] | None = None

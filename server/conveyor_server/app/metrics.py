@@ -77,6 +77,10 @@ class ObjectStorageMetrics:
             "conveyor_object_retries",
             "Requests to object storage made again after a 5xx, SlowDown, a dropped or "
             "refused connection or a timeout, by kind.", ["kind"], registry=r)
+        self.cache = Counter(
+            "conveyor_object_cache_lookups",
+            "Whole-object reads looked up in the node cache, by result (hit, miss).",
+            ["result"], registry=r)
 
     def request(self, kind: str, seconds: float, ok: bool) -> None:
         self.requests.labels(kind, "ok" if ok else "failed").inc()
@@ -87,6 +91,9 @@ class ObjectStorageMetrics:
 
     def retried(self, kind: str) -> None:
         self.retries.labels(kind).inc()
+
+    def cached(self, hit: bool) -> None:
+        self.cache.labels("hit" if hit else "miss").inc()
 
 
 class Metrics:

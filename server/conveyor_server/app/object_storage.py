@@ -28,4 +28,5 @@ def object_store_settings(conf: ObjectStorageConfig) -> ObjectStoreSettings:
     return ObjectStoreSettings(
         default=_bucket(conf), buckets=buckets, max_retries=conf.max_retries,
         request_timeout_s=conf.request_timeout_s, max_listed_objects=conf.max_listed_objects,
-        fetch_ahead_objects=conf.fetch_ahead_objects, fetch_ahead_bytes=conf.fetch_ahead_bytes)
+        fetch_ahead_objects=conf.fetch_ahead_objects, fetch_ahead_bytes=conf.fetch_ahead_bytes,
+        cache_dir=conf.cache_dir or "", cache_max_bytes=conf.cache_max_bytes)

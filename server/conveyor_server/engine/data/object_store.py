@@ -33,6 +33,7 @@ import obstore
 from obstore.store import S3Store
 
 from conveyor.errors import InvalidArgument
+from conveyor_server.engine.data.node_cache import NodeCache, entry_name
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, classify
 from conveyor_server.engine.data.object_urls import ObjectUrl
 
@@ -69,6 +70,9 @@ class ObjectStoreSettings:
     #: Objects each pipeline fetches ahead of its reads, at most (count and bytes).
     fetch_ahead_objects: int = 256
     fetch_ahead_bytes: int = 256 << 20
+    #: The node cache's folder ("" for none) and its bound in bytes (``node_cache.py``).
+    cache_dir: str = ""
+    cache_max_bytes: int = 0
 
     def for_bucket(self, bucket: str) -> BucketSettings:
         return self.buckets.get(bucket, self.default)
@@ -81,6 +85,8 @@ class ObjectStoreObserver(Protocol):
 
     def retried(self, kind: str) -> None: ...
 
+    def cached(self, hit: bool) -> None: ...
+
 
 class _Unobserved:
     def request(self, kind: str, seconds: float, ok: bool) -> None:
@@ -90,6 +96,9 @@ class _Unobserved:
         pass
 
     def retried(self, kind: str) -> None:
+        pass
+
+    def cached(self, hit: bool) -> None:
         pass
 
 
@@ -120,6 +129,12 @@ class ObjectStores:
         self._stores: dict[str, S3Store] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        s = self.settings
+        #: The node cache every pipeline of this server shares (None: no cache).
+        self.cache = NodeCache(s.cache_dir, s.cache_max_bytes) \
+            if s.cache_dir and s.cache_max_bytes > 0 else None
+        #: The node cache's lookups under way, by entry (used on the request loop only).
+        self._flights: dict[str, asyncio.Future[bytes]] = {}
 
     # -- the clients ---------------------------------------------------------------------
 
@@ -249,9 +264,35 @@ class ObjectStores:
             result = await obstore.get_async(store, url.key,
                                              options=options)  # type: ignore[arg-type]
             return bytes(await result.bytes_async())
-        data = await self._retried("get", url, get)
-        self.observer.fetched(len(data))
-        return data
+        if self.cache is None or info is None or not info.etag or byte_range is not None:
+            data = await self._retried("get", url, get)
+            self.observer.fetched(len(data))
+            return data
+        # Through the node cache: one lookup (and fetch) per object at a time, which
+        # concurrent reads of it (two pipelines, two batches) wait for.
+        name = entry_name(url.bucket, url.key, info.etag, info.version)
+        flight = self._flights.get(name)
+        if flight is not None:
+            self.observer.cached(True)
+            return await asyncio.shield(flight)
+        flight = self._flights[name] = asyncio.get_running_loop().create_future()
+        try:
+            held = await asyncio.to_thread(self.cache.get, name, info.size)
+            self.observer.cached(held is not None)
+            if held is not None:
+                data = held
+            else:
+                data = await self._retried("get", url, get)
+                self.observer.fetched(len(data))
+                await asyncio.to_thread(self.cache.put, name, data)
+            flight.set_result(data)
+            return data
+        except BaseException as exc:
+            flight.set_exception(exc)
+            flight.exception()  # retrieved: no waiter is not an error
+            raise
+        finally:
+            del self._flights[name]
 
     async def get_range_async(self, url: ObjectUrl, start: int, end: int) -> bytes:
         store = self._store(url.bucket)
