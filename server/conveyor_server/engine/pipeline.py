@@ -118,6 +118,7 @@ class Pipeline:
         except BaseException:
             if self._plan.source_pool is not None:
                 self._plan.source_pool.close()
+            self._close_files()
             raise
 
     def _start(self, spec: pipeline_pb2.PipelineSpec, body: Any, share: Share | None,
@@ -317,6 +318,11 @@ class Pipeline:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._plan.source_pool is not None:
             self._plan.source_pool.close()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for binding in self._plan.readers.values():
+            binding.files.close()
 
     def __enter__(self) -> Pipeline:
         return self

@@ -58,14 +58,22 @@ class DataFiles:
         self.roots = roots
         self.limits = limits
         self._objects = objects
+        self._own_objects: ObjectStores | None = None
         self._ahead: FetchAhead | None = None
 
     @property
     def objects(self) -> ObjectStores:
-        """The clients of object storage (by default configured by the environment)."""
+        """The clients of object storage (by default configured by the environment, made
+        on first use and closed with these files)."""
         if self._objects is None:
-            self._objects = ObjectStores()
+            self._objects = self._own_objects = ObjectStores()
         return self._objects
+
+    def close(self) -> None:
+        """Drop what was fetched ahead; close the clients made here (a server's are its)."""
+        self.forget_ahead()
+        if self._own_objects is not None:
+            self._own_objects.close()
 
     def _fetch_ahead(self) -> FetchAhead:
         if self._ahead is None:
