@@ -29,6 +29,7 @@ class Counted:
         self.requests: Counter[str] = Counter()
         self.bytes_fetched = 0
         self.lookups: Counter[bool] = Counter()
+        self.retries = 0
 
     def request(self, kind: str, seconds: float, ok: bool) -> None:
         self.requests[kind] += 1
@@ -37,7 +38,7 @@ class Counted:
         self.bytes_fetched += nbytes
 
     def retried(self, kind: str) -> None:
-        pass
+        self.retries += 1
 
     def cached(self, hit: bool) -> None:
         self.lookups[hit] += 1
