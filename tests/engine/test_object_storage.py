@@ -227,6 +227,32 @@ def test_tfrecord_records_are_byte_ranges_of_objects(weed: WeedProcess, dataset:
                  data_roots=["s3://data/tf"], objects=stores(weed), listings=listings)
 
 
+def test_numpy_arrays_are_objects_listed_as_dali_lists_a_folder(
+        weed: WeedProcess, dataset: Path, aws_env: None, tmp_path: Path) -> None:
+    from tests.engine.test_readers_numpy import arrays
+    from tests.support.reader_data import make_npy_folder
+
+    local = make_npy_folder(tmp_path / "npy", count=10)
+    (tmp_path / "npy" / "part_0" / "deeper").mkdir()  # below a folder's folders: left out
+    np.save(tmp_path / "npy" / "part_0" / "deeper" / "arr_999.npy", np.zeros(3))
+    weed.upload_tree("data", tmp_path / "npy", "npy")
+    objects = stores(weed)
+
+    def read(spec: Any, count: int, **kw: Any) -> list[bytes]:
+        with Pipeline(spec, **kw) as pipe:
+            return [np.asarray(s).tobytes() for _ in range(count) for s in pipe.run()[0]]
+    expected = [np.load(p).tobytes() for p in local]
+    assert read(arrays(file_root="s3://data/npy"), 10, data_roots=["s3://data"],
+                objects=objects) == expected
+    named = [str(p.relative_to(tmp_path / "npy")) for p in local[::-1]]
+    assert read(arrays(file_root="s3://data/npy", files=named), 10, data_roots=["s3://data"],
+                objects=objects) == expected[::-1]
+    shuffled = dict(random_shuffle=True, seed=5)
+    assert read(arrays(file_root="s3://data/npy", **shuffled), 12, data_roots=["s3://data"],
+                objects=objects) == read(arrays(file_root=str(tmp_path / "npy"), **shuffled),
+                                         12, data_roots=[tmp_path])
+
+
 @pipeline_def(batch_size=1, seed=3)
 def other_reader(reader: str, **args: Any) -> Any:
     out = getattr(fn.readers, reader)(**args)
@@ -236,8 +262,6 @@ def other_reader(reader: str, **args: Any) -> Any:
 
 
 OTHER_READERS = [
-    ("numpy", {"file_root": "s3://data/arrays"}, "file_root"),
-    ("numpy", {"files": ["s3://data/arrays/a.npy"]}, "file"),
     ("webdataset", {"paths": ["s3://data/shards/a.tar"], "ext": ["jpg"]}, "shard"),
     ("coco", {"file_root": "s3://data/images", "annotations_file": "s3://data/a.json"},
      "annotations file"),

@@ -36,6 +36,7 @@ class FaultProxy:
             asyncio.start_server(self._serve, "127.0.0.1", self.port))
         self._started.set()
         self._loop.run_forever()
+        self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refused < self.refuse:

@@ -24,6 +24,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -119,6 +120,22 @@ def endpoint_of(settings: BucketSettings) -> str:
             or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "")
 
 
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+
+
 class ObjectStores:
     """The server's clients of object storage, one per bucket, made on first use."""
 
@@ -179,9 +196,11 @@ class ObjectStores:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="conveyor-objects",
+                threading.Thread(target=_serve, args=(loop,), name="conveyor-objects",
                                  daemon=True).start()
                 self._loop = loop
+                # Stopped (and closed) when these clients are closed or dropped.
+                self._finalizer = weakref.finalize(self, _stop, loop)
             return self._loop
 
     def submit(self, work: Awaitable[T]) -> Future[T]:
@@ -192,7 +211,7 @@ class ObjectStores:
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            self._finalizer()
 
     async def _retried(self, kind: str, url: ObjectUrl,
                        call: Callable[[], Awaitable[T]]) -> T:

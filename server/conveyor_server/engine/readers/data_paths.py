@@ -17,9 +17,11 @@ storage URL, naming the argument.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conveyor.errors import DataFileError, InvalidArgument, NotSupported
@@ -103,8 +105,11 @@ class ReaderPaths:
         return found
 
     def real_dir(self, path: str, what: str) -> str:
-        """The real path of the folder ``path``, checked against the roots."""
+        """The real path of the folder ``path``, checked against the roots (an object
+        prefix: its URL, checked against the object roots)."""
         self.local_only(path, what)
+        if self._places is not None and is_object_url(path):
+            return str(self._places.url(path, what)[0])
         real = os.path.realpath(path)
         self._outside(path, real, what)
         if not os.path.isdir(real):
@@ -147,6 +152,49 @@ class ReaderPaths:
             raise InvalidArgument(f"{self.op}: {what} {self.name(str(url))!r} {why}: rename it")
         [info] = self._places.heads([url])
         return Located(str(url), info.size, 0, root, relative, info.etag, info.version)
+
+    def locate_all(self, paths: Sequence[str], what: str = "file") -> list[Located]:
+        """``locate`` of each path; objects looked up concurrently."""
+        if self._places is None or not any(is_object_url(p) for p in paths):
+            return [self.locate(p, what) for p in paths]
+        places = self._places
+        urls = {i: places.url(p, what) for i, p in enumerate(paths) if is_object_url(p)}
+        infos = dict(zip(urls, places.heads([u for u, _, _ in urls.values()]), strict=True))
+        out = []
+        for i, path in enumerate(paths):
+            if i not in urls:
+                out.append(self.locate(path, what))
+                continue
+            url, root, relative = urls[i]
+            if why := unfit_name(str(url)):
+                raise InvalidArgument(f"{self.op}: {what} {self.name(str(url))!r} {why}: "
+                                      "rename it")
+            info = infos[i]
+            out.append(Located(str(url), info.size, 0, root, relative, info.etag,
+                               info.version))
+        return out
+
+    def objects_below(self, path: str, what: str) -> list[tuple[str, Located]]:
+        """Every object below the prefix ``path`` (keys in order): its key relative to
+        ``path`` and its listing."""
+        assert self._places is not None
+        url = self._places.url(path, what)[0]
+        start = len(url.key) + 1 if url.key else 0
+        out = []
+        for info in self._places.listing(url, what):
+            below = url.below(info.key[start:])
+            found = self.roots.locate_object(below) if self.roots is not None else None
+            root, relative = found if found is not None else (-1, "")
+            out.append((info.key[start:], Located(str(below), info.size, 0, root, relative,
+                                                  info.etag, info.version)))
+        return out
+
+    def open_binary(self, item: Located, what: str = "") -> io.BufferedIOBase:
+        """The listed file to read from its start: a local file opened beneath its root, an
+        object fetched whole (only while it is the listed one)."""
+        if self._object(item) is not None:
+            return io.BytesIO(self.read_range(item, 0, item.size, what))
+        return os.fdopen(self.open(item, what), "rb")
 
     def _object(self, item: Located) -> ObjectUrl | None:
         if not item.etag and not is_object_url(item.path):
