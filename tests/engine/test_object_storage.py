@@ -253,6 +253,24 @@ def test_numpy_arrays_are_objects_listed_as_dali_lists_a_folder(
                                          12, data_roots=[tmp_path])
 
 
+def test_coco_images_and_annotations_are_objects(weed: WeedProcess, dataset: Path,
+                                                 aws_env: None, tmp_path: Path) -> None:
+    from tests.engine.test_readers_coco import coco
+    from tests.support import record_data
+
+    root, annotations = record_data.write_coco(tmp_path / "coco", 9)
+    weed.upload_tree("data", tmp_path / "coco", "coco")
+    options = dict(polygon_masks=True, image_ids=True, random_shuffle=True)
+
+    def read(spec: Any, **kw: Any) -> list[list[bytes]]:
+        with Pipeline(spec, **kw) as pipe:
+            return [[np.asarray(out[s]).tobytes() for out in batch]
+                    for batch in (pipe.run() for _ in range(4)) for s in range(len(batch[0]))]
+    assert read(coco("s3://data/coco/images", "s3://data/coco/annotations.json", **options),
+                data_roots=["s3://data/coco"], objects=stores(weed)) == \
+        read(coco(root, annotations, **options), data_roots=[tmp_path])
+
+
 @pipeline_def(batch_size=1, seed=3)
 def other_reader(reader: str, **args: Any) -> Any:
     out = getattr(fn.readers, reader)(**args)
@@ -263,8 +281,6 @@ def other_reader(reader: str, **args: Any) -> Any:
 
 OTHER_READERS = [
     ("webdataset", {"paths": ["s3://data/shards/a.tar"], "ext": ["jpg"]}, "shard"),
-    ("coco", {"file_root": "s3://data/images", "annotations_file": "s3://data/a.json"},
-     "annotations file"),
     ("caffe", {"path": ["s3://data/lmdb"]}, "path"),
     ("caffe2", {"path": ["s3://data/lmdb"]}, "path"),
 ]
