@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conveyor_server import Pipeline
@@ -113,3 +114,22 @@ def test_the_cache_is_bounded_least_recently_used_out_and_found_again(tmp_path: 
     smaller = NodeCache(tmp_path, max_bytes=150)
     assert smaller.bytes == 100 and smaller.count == 1
     assert sum(p.stat().st_size for p in tmp_path.glob("*/*")) == 100
+
+
+def test_arrays_read_whole_go_through_the_cache(weed: WeedProcess, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.engine.test_readers_numpy import arrays
+    from tests.support.reader_data import make_npy_folder
+
+    for key, value in weed.env().items():
+        monkeypatch.setenv(key, value)
+    local = make_npy_folder(tmp_path / "npy", count=4)
+    weed.upload_tree("data", tmp_path / "npy", "arrays")
+    observer = Counted()
+    objects = cached_stores(weed, tmp_path / "cache", 1 << 30, observer)
+    for _ in range(2):
+        with Pipeline(arrays(file_root="s3://data/arrays"), data_roots=["s3://data"],
+                      objects=objects) as pipe:
+            got = [bytes(pipe.run()[0][0]) for _ in range(4)]
+        assert got == [np.load(p).tobytes() for p in local]
+    assert observer.requests["get"] == 4 and observer.lookups[True] >= 4

@@ -191,9 +191,16 @@ class ReaderPaths:
 
     def open_binary(self, item: Located, what: str = "") -> io.BufferedIOBase:
         """The listed file to read from its start: a local file opened beneath its root, an
-        object fetched whole (only while it is the listed one)."""
-        if self._object(item) is not None:
-            return io.BytesIO(self.read_range(item, 0, item.size, what))
+        object fetched whole (only while it is the listed one; from the node cache where
+        it holds it)."""
+        url = self._object(item)
+        if url is not None:  # whole: through the node cache where the server has one
+            assert self._places is not None
+            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
+            try:
+                return io.BytesIO(self._places.objects.get(url, info))
+            except ObjectStoreFailure as failure:
+                raise read_error(failure, self.op, self.name_of(item)) from None
         return os.fdopen(self.open(item, what), "rb")
 
     def _object(self, item: Located) -> ObjectUrl | None:
