@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from conveyor.errors import DataFileError, InvalidArgument, NotSupported
 from conveyor_server.engine.data.file_list import unfit_name
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
+from conveyor_server.engine.data.object_file import open_object
 from conveyor_server.engine.data.object_list import ObjectPlaces
 from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
 from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
@@ -202,6 +203,19 @@ class ReaderPaths:
             except ObjectStoreFailure as failure:
                 raise read_error(failure, self.op, self.name_of(item)) from None
         return os.fdopen(self.open(item, what), "rb")
+
+    def open_ranges(self, item: Located, what: str = "") -> io.BufferedIOBase:
+        """The listed file to seek in and read parts of: a local file opened beneath its
+        root, an object read by ranged GETs as it is read (``object_file.py``)."""
+        url = self._object(item)
+        if url is not None:
+            assert self._places is not None
+            return open_object(self._places.objects, url,
+                               ObjectInfo(item.relative, item.size, item.etag, item.version))
+        return os.fdopen(self.open(item, what), "rb")
+
+    def is_object(self, item: Located) -> bool:
+        return self._object(item) is not None
 
     def _object(self, item: Located) -> ObjectUrl | None:
         if not item.etag and not is_object_url(item.path):
