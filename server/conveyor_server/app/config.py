@@ -153,6 +153,50 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class BucketConfig:
+    """How to reach one bucket (``object_storage.buckets.NAME``): replaces the defaults."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    virtual_hosted_style: bool | None = None
+    allow_http: bool = False
+
+
+@dataclass(frozen=True)
+class ObjectStorageConfig:
+    """Data roots in object storage (``s3://``). Credentials come from the standard AWS
+    environment (``AWS_ACCESS_KEY_ID``, ..., web identity, the instance's role), never
+    from here."""
+
+    #: The S3 endpoint (an on-premises store: ``https://minio.example:9000``); by default
+    #: ``AWS_ENDPOINT_URL`` or AWS's.
+    endpoint: str | None = None
+    #: By default ``AWS_REGION``.
+    region: str | None = None
+    #: true: https://BUCKET.endpoint/KEY; false: https://endpoint/BUCKET/KEY (path style).
+    virtual_hosted_style: bool | None = None
+    #: Plain http to the endpoint (an on-premises store on a trusted network).
+    allow_http: bool = False
+    #: Retries of a request that failed on a 5xx, SlowDown, a reset or refused connection
+    #: or a timeout, with backoff; then the read fails naming the key.
+    max_retries: int = field(default=6, metadata={"min": 0, "max": 100})
+    #: Seconds one request may take before it is retried.
+    request_timeout_s: float = field(default=30.0, metadata={"min": 0.1})
+    #: Objects (and bytes) each pipeline fetches ahead of its reads, at most.
+    fetch_ahead_objects: int = field(default=256, metadata={"min": 0, "max": 1 << 20})
+    fetch_ahead_bytes: int = field(default=256 << 20, metadata={"min": 0})
+    #: Objects one reader's listing may hold.
+    max_listed_objects: int = field(default=10_000_000, metadata={"min": 1})
+    #: The node cache: a folder where whole objects are kept for every pipeline of this
+    #: server (none by default), and its bound in bytes.
+    cache_dir: str | None = None
+    cache_max_bytes: int = field(default=10 << 30, metadata={"min": 1})
+    #: Per bucket, a mapping of ``endpoint``, ``region``, ``virtual_hosted_style`` and
+    #: ``allow_http`` replacing the settings above for that bucket.
+    buckets: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class PipelineEntry:
     name: str
     #: A PipelineSpec file: protobuf JSON (.json), text format (.textproto, .txtpb,
@@ -194,6 +238,7 @@ class ServerConfig:
     log: LogConfig = field(default_factory=LogConfig)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    object_storage: ObjectStorageConfig = field(default_factory=ObjectStorageConfig)
     pipelines: tuple[PipelineEntry, ...] = ()
 
 

@@ -27,6 +27,7 @@ from conveyor_server.app import config as configuration
 from conveyor_server.app import config_loading
 from conveyor_server.app.decoder_caps import cap_decoders
 from conveyor_server.app.logs import FORMATS, configure_logging
+from conveyor_server.app.object_storage import object_store_settings
 from conveyor_server.app.security import (
     StartupCalls,
     build_security,
@@ -34,6 +35,8 @@ from conveyor_server.app.security import (
 )
 from conveyor_server.app.startup import load_spec, start_pipelines
 from conveyor_server.engine.admission.limits import EngineLimits, SpecBounds
+from conveyor_server.engine.data.object_store import ObjectStores
+from conveyor_server.engine.data.object_urls import is_object_url, parse_object_url
 from conveyor_server.engine.stages.source_callables import ExternalSources
 from conveyor_server.service.data_port import DataPortSettings
 from conveyor_server.service.kill_points import KillPoints
@@ -80,8 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                        "one the server starts a private redis-server")
     p.add_argument("--state-dir", help="where the private Redis keeps its append-only file "
                                        "(default .conveyor)")
-    p.add_argument("--data-root", action="append", metavar="DIR",
-                   help="directory pipelines may read (repeatable); paths outside are refused")
+    p.add_argument("--data-root", action="append", metavar="DIR|s3://BUCKET[/PREFIX]",
+                   help="directory or object storage prefix pipelines may read (repeatable); "
+                        "paths outside are refused")
     p.add_argument("--keep-checkpoints", type=int, help="checkpoints kept per pipeline")
     p.add_argument("--max-pipelines", type=int, help="pipelines this server hosts")
     p.add_argument("--max-streams", type=int, help="consumer streams served at once")
@@ -137,10 +141,17 @@ def check_config(cfg: configuration.ServerConfig) -> None:
     """What the types alone do not say: refused here, with the key's path."""
     err = configuration.ConfigError
     if not cfg.data_roots:
-        raise err("data_roots: at least one directory is required (--data-root DIR)")
+        raise err("data_roots: at least one directory or s3://BUCKET[/PREFIX] is required "
+                  "(--data-root DIR)")
     for i, root in enumerate(cfg.data_roots):
-        if not Path(root).is_dir():
+        if is_object_url(root):
+            try:
+                parse_object_url(root, f"data_roots[{i}]")
+            except InvalidArgument as exc:
+                raise err(exc.message) from None
+        elif not Path(root).is_dir():
             raise err(f"data_roots[{i}]: {root!r} is not a directory")
+    object_store_settings(cfg.object_storage)
     addresses = {"listen": cfg.listen, "metrics.listen": cfg.metrics.listen,
                  "advertise": cfg.advertise, "health.listen": cfg.health.listen}
     for key, value in addresses.items():
@@ -207,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for i, root in enumerate(cfg.data_roots):  # errors to clients name <root i>
             log.info("data root %d: %s (errors name its files <root %d>/...)",
-                     i, os.path.realpath(root), i)
+                     i, root if is_object_url(root) else os.path.realpath(root), i)
         if cfg.allocator.tune:
             tune_malloc(AllocatorSettings(cfg.allocator.mmap_threshold_bytes,
                                           cfg.allocator.trim_threshold_bytes))
@@ -251,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             behaviour=behaviour, keepalive=(cfg.keepalive.time_s, cfg.keepalive.timeout_s),
             worker_threads=cfg.limits.worker_threads, kill_points=KillPoints(cfg.faults.kill_at),
             external_sources=sources, data_port=data_port_settings(cfg),
+            objects=ObjectStores(object_store_settings(cfg.object_storage),
+                                 metrics.object_storage),
             certificates=security.certificates)
         metrics.watch_service(service)
         startup = StartupCalls(security.authenticator)

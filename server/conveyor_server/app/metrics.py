@@ -56,6 +56,46 @@ def engine_labels(behaviour: Behaviour) -> dict[str, str]:
             "output_version": str(OUTPUT_VERSION)}
 
 
+class ObjectStorageMetrics:
+    """What the server's object storage clients did (``ObjectStoreObserver``): no bucket,
+    key or credential is a label."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "conveyor_object_requests",
+            "Requests to object storage, by kind (list, head, get, get_range) and outcome "
+            "(ok, failed: each failed attempt, retried or not).", ["kind", "outcome"],
+            registry=r)
+        self.latency = Histogram(
+            "conveyor_object_request_latency_seconds",
+            "Time of one request to object storage (one attempt), by kind.", ["kind"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.bytes_fetched = Counter(
+            "conveyor_object_bytes_fetched", "Bytes of objects read from object storage.",
+            registry=r)
+        self.retries = Counter(
+            "conveyor_object_retries",
+            "Requests to object storage made again after a 5xx, SlowDown, a dropped or "
+            "refused connection or a timeout, by kind.", ["kind"], registry=r)
+        self.cache = Counter(
+            "conveyor_object_cache_lookups",
+            "Whole-object reads looked up in the node cache, by result (hit, miss).",
+            ["result"], registry=r)
+
+    def request(self, kind: str, seconds: float, ok: bool) -> None:
+        self.requests.labels(kind, "ok" if ok else "failed").inc()
+        self.latency.labels(kind).observe(seconds)
+
+    def fetched(self, nbytes: int) -> None:
+        self.bytes_fetched.inc(nbytes)
+
+    def retried(self, kind: str) -> None:
+        self.retries.labels(kind).inc()
+
+    def cached(self, hit: bool) -> None:
+        self.cache.labels("hit" if hit else "miss").inc()
+
+
 class Metrics:
     def __init__(self, behaviour: Behaviour | None = None) -> None:
         behaviour = behaviour or process_behaviour()
@@ -121,6 +161,7 @@ class Metrics:
             "Connections to the data port refused, by reason: ticket (wrong, expired or "
             "used), hello (malformed or not completed in time), tls (a failed handshake), "
             "busy (too many handshakes at once).", ["reason"], registry=r)
+        self.object_storage = ObjectStorageMetrics(r)
         self.pipeline_load = PipelineLoad()
         r.register(self.pipeline_load)
         self.server_load = ServerLoad()

@@ -33,6 +33,7 @@ from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.batch_queue import Batch, BatchQueue
 from conveyor_server.engine.checkpoint_writer import CheckpointWriter
 from conveyor_server.engine.data.listings import ListingArchive, first_change, keep_listings
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.gpu_staging import kept_outputs, output_stager
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
@@ -77,6 +78,7 @@ class Pipeline:
         pool: Executor | None = None,
         sources: ExternalSources = IN_PROCESS,
         share: Share | None = None,
+        objects: ObjectStores | None = None,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
@@ -91,7 +93,9 @@ class Pipeline:
         given, or any ``"module:function"``).
         ``share``: a data-parallel job's rank (see ``stages/job_share.py``), starting at its step
         and global position (at or after the checkpoint's; by default the checkpoint's
-        own share, or a plain pipeline's)."""
+        own share, or a plain pipeline's). ``objects``: the clients of object storage its
+        readers use for ``s3://`` data (a server's, shared; by default configured by the
+        environment alone)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -100,19 +104,21 @@ class Pipeline:
         spec = specs.as_spec(spec)
         if body is not None:
             spec = specs.with_checkpoint_seed(spec, body.spec)
-        roots = [Path(r) for r in data_roots] if data_roots is not None else None
+        roots = list(data_roots) if data_roots is not None else None
         self.spec = spec
         self.fingerprint = specs.fingerprint(spec)
         #: Holds no reference to the pipeline, so the checkpoint writer may hold it: a
         #: pipeline dropped without close() is freed at once (its source workers with it).
         self._identity = _engine_identity(spec, behaviour)
-        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources)
+        self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources,
+                                      objects=objects)
         self._limits = limits
         try:
             self._start(spec, body, share, listings, pool)
         except BaseException:
             if self._plan.source_pool is not None:
                 self._plan.source_pool.close()
+            self._close_files()
             raise
 
     def _start(self, spec: pipeline_pb2.PipelineSpec, body: Any, share: Share | None,
@@ -245,6 +251,8 @@ class Pipeline:
         """Continue from the position after ``batches`` batches (at or after this pipeline's
         start), dropping prefetched work. O(1): the stages jump to the computed states."""
         self._queue.seek(batches)
+        for binding in self._plan.readers.values():
+            binding.files.forget_ahead()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -310,6 +318,11 @@ class Pipeline:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._plan.source_pool is not None:
             self._plan.source_pool.close()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for binding in self._plan.readers.values():
+            binding.files.close()
 
     def __enter__(self) -> Pipeline:
         return self

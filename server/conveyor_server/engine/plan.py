@@ -24,6 +24,7 @@ from conveyor_server.engine.admission.spec_bounds import check_spec
 from conveyor_server.engine.data import file_list
 from conveyor_server.engine.data.files import DataFiles
 from conveyor_server.engine.data.identity import DataIdentity
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.data.roots import DataRoots
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, BuiltOp, OpContext
@@ -194,17 +195,20 @@ def check_devices(spec: pipeline_pb2.PipelineSpec) -> None:
                                 "take GPU data; run it on device='gpu'")
 
 
-def build_plan(spec: pipeline_pb2.PipelineSpec, data_roots: Sequence[Path] | None = None,
+def build_plan(spec: pipeline_pb2.PipelineSpec,
+               data_roots: Sequence[str | Path] | None = None,
                limits: EngineLimits = NO_LIMITS, *, batch_ops: bool = True,
-               sources: ExternalSources = IN_PROCESS) -> Plan:
+               sources: ExternalSources = IN_PROCESS,
+               objects: ObjectStores | None = None) -> Plan:
     """``sources``: the callables an ``external_source`` may name (a server's configured
-    ones; by default, in process, any)."""
+    ones; by default, in process, any). ``objects``: the clients of object storage (a
+    server's, shared by its pipelines; by default configured by the environment)."""
     check_spec(spec, limits)
     check_devices(spec)
     plan = Plan(spec, [], {}, {}, [SampleSegment([])], {}, [_ref(r) for r in spec.outputs])
     batch = spec.batch_size
     roots = DataRoots(data_roots) if data_roots is not None else None  # resolved once
-    files = DataFiles(roots, limits)
+    files = DataFiles(roots, limits, objects)
     for index, op in enumerate(spec.ops):
         args = schema.decode_args(op)
         if op.type in READERS:

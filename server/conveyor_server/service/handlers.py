@@ -28,6 +28,7 @@ from conveyor.errors import (
 )
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.pipeline import Pipeline
@@ -75,7 +76,8 @@ class ConveyorService:
                  drain_wait: float = 5.0,
                  limits: EngineLimits = NO_LIMITS, behaviour: Behaviour | None = None,
                  worker_threads: int = 0, kill_points: KillPoints = NO_KILL_POINTS,
-                 external_sources: ExternalSources = NONE_REGISTERED) -> None:
+                 external_sources: ExternalSources = NONE_REGISTERED,
+                 objects: ObjectStores | None = None) -> None:
         self.store = store
         #: The callables a pipeline's external_source may name (the configuration's).
         self.external_sources = external_sources
@@ -84,7 +86,10 @@ class ConveyorService:
         self.limits = limits
         self.address = address
         self.instance = uuid.uuid4().hex
-        self.data_roots = [Path(r) for r in data_roots]
+        #: Folders (made Path) and object roots (``s3://`` URLs, kept as given).
+        self.data_roots: list[str | Path] = [r if str(r).startswith("s3://") else Path(r)
+                                             for r in data_roots]
+        self.objects = objects
         self.keep_checkpoints = keep_checkpoints
         self.observer = observer
         self.pipelines = HostedPipelines(store, address, max_pipelines)
@@ -115,7 +120,7 @@ class ConveyorService:
                blob: bytes | None = None, share: Share | None = None) -> Pipeline:
         return Pipeline(spec, checkpoint=blob, data_roots=self.data_roots, limits=self.limits,
                         behaviour=self.behaviour, listings=self.listings, pool=self.workers,
-                        sources=self.external_sources, share=share)
+                        sources=self.external_sources, share=share, objects=self.objects)
 
     @rpc_kinds.unary
     def CreatePipeline(self, request: service_pb2.CreatePipelineRequest,

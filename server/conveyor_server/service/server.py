@@ -33,6 +33,7 @@ from conveyor.transport.channel import (
     server_keepalive,
 )
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.identity.behaviour.measure import Behaviour
 from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, ExternalSources
 from conveyor_server.service.data_port import DataPort, DataPortSettings
@@ -60,6 +61,7 @@ def create_server(
     keepalive: tuple[float, float] = (KEEPALIVE_TIME_S, KEEPALIVE_TIMEOUT_S),
     external_sources: ExternalSources = NONE_REGISTERED,
     data_port: DataPortSettings | None = None, certificates: CertificateFiles | None = None,
+    objects: ObjectStores | None = None,
 ) -> tuple[grpc.Server, int, ConveyorService, health.HealthServicer]:
     if data_port is not None and credentials is not None and certificates is None:
         raise ValueError("create_server: a TLS server's data port needs its certificate "
@@ -93,7 +95,7 @@ def create_server(
                               drain_wait=drain_wait,
                               limits=limits, behaviour=behaviour,
                               worker_threads=worker_threads, kill_points=kill_points,
-                              external_sources=external_sources)
+                              external_sources=external_sources, objects=objects)
     service.access.authenticator = authenticator
     if data_port is not None:
         port_of_data = DataPort(data_port, certificates)

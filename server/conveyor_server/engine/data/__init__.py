@@ -4,7 +4,11 @@ The data roots a server serves and resolving paths beneath them without followin
 out (``roots.py``), reading files there (``files.py``), a reader's file list checked one
 entry at a time (``file_list.py``), the data set's identity digested into checkpoints
 (``identity.py``) and the store of listings by digest that names the first changed file
-on a refused restore (``listings.py``).
+on a refused restore (``listings.py``). Object storage (``s3://``): its URLs and roots
+(``object_urls.py``), the clients that list and read it (``object_store.py``, obstore),
+their failures as errors (``object_errors.py``), a file list of objects
+(``object_list.py``), objects fetched ahead of the reads (``fetch_ahead.py``) and the
+server's disk cache of objects its pipelines share (``node_cache.py``).
 
 Imports: ``admission`` (the file size limit).
 """

@@ -16,12 +16,17 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conveyor.errors import DataFileError, InvalidArgument, SpecError
+from conveyor_server.engine.data.entries import FileEntry, unfit_name
+from conveyor_server.engine.data.object_list import resolve_objects, uses_objects
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.data.roots import DataRoots, RealPaths, not_a_folder
+
+__all__ = ["IMAGE_EXTENSIONS", "FileEntry", "check_inside_roots", "data_roots", "display",
+           "resolve", "unfit_name"]
 
 log = logging.getLogger("conveyor.engine")
 
@@ -32,24 +37,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".pgm", ".ppm", ".pbm", ".p
 OP = "readers.file"
 
 
-Roots = Sequence[Path] | DataRoots | None
-
-#: What ``str.splitlines`` splits on: a listing holds one file per line.
-_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
-
-
-@dataclass(frozen=True, slots=True)
-class FileEntry:
-    path: str
-    size: int
-    label: int
-    #: Modification time in nanoseconds, as listed.
-    mtime_ns: int = 0
-    #: The data root the file lies beneath (-1 without data roots) and its real path
-    #: relative to that root: where it is read from, derived from ``path`` at listing.
-    root: int = field(default=-1, compare=False)
-    relative: str = field(default="", compare=False)
-
+Roots = Sequence[str | Path] | DataRoots | None
 
 def data_roots(roots: Roots) -> DataRoots | None:
     """``roots`` resolved (once) as ``DataRoots``; None allows any path."""
@@ -71,17 +59,6 @@ def check_inside_roots(path: str | Path, roots: Roots, what: str) -> Path:
 def display(roots: DataRoots | None, path: str | Path) -> str:
     """``path`` as messages name it (relative to its root where there are roots)."""
     return str(path) if roots is None else roots.name(path)
-
-
-def unfit_name(path: str) -> str:
-    """Why a listing cannot hold ``path`` ("" when it can)."""
-    if "\0" in path or not _LINE_BREAKS.isdisjoint(path):
-        return "has a NUL byte or a line break in its name (a listing holds one per line)"
-    try:
-        path.encode()
-    except UnicodeEncodeError:
-        return "has a name that is not UTF-8"
-    return ""
 
 
 def _name_filter(filters: Sequence[str], case_sensitive: bool) -> Callable[[str], bool]:
@@ -189,8 +166,11 @@ class _FileCheck:
         return st, root, relative
 
 
-def resolve(args: Mapping[str, Any], roots: Roots = None) -> list[FileEntry]:
-    """The reader's files in reading order (before sharding and shuffling)."""
+def resolve(args: Mapping[str, Any], roots: Roots = None,
+            objects: ObjectStores | None = None) -> list[FileEntry]:
+    """The reader's files in reading order (before sharding and shuffling): files, or
+    objects when the arguments are ``s3://`` URLs (``object_list.py``; ``objects``: the
+    server's clients, by default ones configured by the environment alone)."""
     resolved = data_roots(roots)
     file_root = args.get("file_root") or ""
     file_list = args.get("file_list") or ""
@@ -207,6 +187,11 @@ def resolve(args: Mapping[str, Any], roots: Roots = None) -> list[FileEntry]:
     for argument, value in (("file_root", file_root), ("file_list", file_list)):
         if why := unfit_name(value):
             raise SpecError(OP, argument, f"{value!r} {why}")
+    if labels is not None and files and len(labels) != len(files):
+        raise SpecError(OP, "labels", f"has {len(labels)} entries for {len(files)} files")
+    if uses_objects(file_root, file_list, files):
+        return resolve_objects(file_root, file_list, files, labels, _wanted(args), resolved,
+                               objects or ObjectStores())
     root = check_inside_roots(file_root, resolved, "file_root") if file_root else None
 
     pairs: Sequence[tuple[str | Path, int]]
@@ -242,13 +227,18 @@ def _scan_root(root: Path, args: Mapping[str, Any],
                roots: DataRoots | None) -> list[tuple[str, int]]:
     if not root.is_dir():
         raise not_a_folder(OP, "file_root", display(roots, root), str(root))
-    filters = args.get("file_filters") or tuple("*" + e for e in IMAGE_EXTENSIONS)
-    wanted = _name_filter(filters, bool(args.get("case_sensitive_filter")))
+    wanted = _wanted(args)
     classes = sorted(d for d in os.listdir(root) if (root / d).is_dir())
     above = frozenset(f for f in (_folder_id(root),) if f is not None)
     return [(os.path.join(folder, name), label)
             for label, class_name in enumerate(classes)
             for folder, name in _walk_sorted(root / class_name, above, roots) if wanted(name)]
+
+
+def _wanted(args: Mapping[str, Any]) -> Callable[[str], bool]:
+    """Whether a file of a ``file_root`` is read, by its name."""
+    filters = args.get("file_filters") or tuple("*" + e for e in IMAGE_EXTENSIONS)
+    return _name_filter(filters, bool(args.get("case_sensitive_filter")))
 
 
 def _read_text(real: Path, roots: DataRoots | None) -> str:

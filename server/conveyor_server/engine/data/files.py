@@ -7,6 +7,10 @@ and reads at most the listed size + 1 bytes (and never more than the limit + 1),
 that grows while it is read is still bounded; a size other than the listed one is
 DATA_LOSS (the data set changed under the pipeline). Errors name the file relative to its
 root (``<root 0>/cats/a.jpg``); the absolute path goes to the server's log only.
+
+An object (``s3://``) is read whole, only if its ETag (and version) is still the listed one
+and its size within the limit; it is fetched ahead of the read when its batch starts
+(``fetch_ahead.py``), and a failure is a ``DataFileError`` naming its bucket and key.
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ import numpy as np
 
 from conveyor.errors import DataFileError, ResourceExhausted
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
-from conveyor_server.engine.data.file_list import FileEntry
+from conveyor_server.engine.data.entries import FileEntry
+from conveyor_server.engine.data.fetch_ahead import FetchAhead
+from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
+from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
+from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
 from conveyor_server.engine.data.roots import DataRoots, root_label, swapped_link
 
 log = logging.getLogger("conveyor.engine")
@@ -45,9 +53,71 @@ class DataFiles:
     """How a pipeline's readers open and read their files (``roots=None``: any path, as
     listed, for a pipeline in a trainer's own process)."""
 
-    def __init__(self, roots: DataRoots | None, limits: EngineLimits = NO_LIMITS) -> None:
+    def __init__(self, roots: DataRoots | None, limits: EngineLimits = NO_LIMITS,
+                 objects: ObjectStores | None = None) -> None:
         self.roots = roots
         self.limits = limits
+        self._objects = objects
+        self._own_objects: ObjectStores | None = None
+        self._ahead: FetchAhead | None = None
+
+    @property
+    def objects(self) -> ObjectStores:
+        """The clients of object storage (by default configured by the environment, made
+        on first use and closed with these files)."""
+        if self._objects is None:
+            self._objects = self._own_objects = ObjectStores()
+        return self._objects
+
+    def close(self) -> None:
+        """Drop what was fetched ahead; close the clients made here (a server's are its)."""
+        self.forget_ahead()
+        if self._own_objects is not None:
+            self._own_objects.close()
+
+    def _fetch_ahead(self) -> FetchAhead:
+        if self._ahead is None:
+            s = self.objects.settings
+            self._ahead = FetchAhead(self.objects, s.fetch_ahead_objects, s.fetch_ahead_bytes)
+        return self._ahead
+
+    def object_of(self, entry: FileEntry) -> ObjectUrl | None:
+        """The entry's object URL, None for a file."""
+        if not entry.etag and not is_object_url(entry.path):
+            return None
+        root = self.roots.object_root(entry.root) if self.roots is not None else None
+        return root.below(entry.relative) if root is not None else parse_object_url(entry.path)
+
+    def fetch_ahead(self, entries: list[FileEntry]) -> None:
+        """Start fetching the objects among ``entries`` (the order they will be read in)."""
+        wanted = []
+        for entry in entries:
+            url = self.object_of(entry)
+            if url is not None:
+                wanted.append((url, ObjectInfo(entry.relative, entry.size, entry.etag,
+                                               entry.version)))
+        if wanted:
+            self._fetch_ahead().want(wanted)
+
+    def forget_ahead(self) -> None:
+        """Drop the objects fetched ahead (the pipeline reads elsewhere now)."""
+        if self._ahead is not None:
+            self._ahead.clear()
+
+    def _read_object(self, entry: FileEntry, url: ObjectUrl) -> np.ndarray:
+        name = self.name(entry)
+        self.limits.check_file(entry.size, name)
+        info = ObjectInfo(entry.relative, entry.size, entry.etag, entry.version)
+        try:
+            data = self._fetch_ahead().take(url, info)
+        except ObjectStoreFailure as failure:
+            raise read_error(failure, OP, name) from None
+        if len(data) != entry.size:
+            raise DataFileError(f"{OP}: {name!r} (bucket {url.bucket!r}, key {url.key!r}) has "
+                                f"{len(data)} bytes, but {entry.size} when the pipeline listed "
+                                "it: the data set changed under the pipeline",
+                                bucket=url.bucket, key=url.key)
+        return np.frombuffer(data, dtype=np.uint8)
 
     def name(self, entry: FileEntry) -> str:
         """The file as messages name it."""
@@ -91,6 +161,8 @@ class DataFiles:
 
     def read(self, entry: FileEntry) -> np.ndarray:
         """The entry's bytes (a 1-D uint8 array)."""
+        if (url := self.object_of(entry)) is not None:
+            return self._read_object(entry, url)
         fd = self.open(entry)
         limit = self.limits.max_file_bytes
         try:
@@ -117,6 +189,8 @@ class DataFiles:
     def sha256(self, entry: FileEntry) -> str:
         """The SHA-256 of the entry's contents (a data set's identity), opened as a read
         opens it."""
+        if (url := self.object_of(entry)) is not None:
+            return hashlib.sha256(self._read_object(entry, url).data).hexdigest()
         return sha256_of(self.open(entry), OP, self.name(entry))
 
 

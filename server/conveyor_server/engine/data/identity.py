@@ -1,10 +1,11 @@
 """The identity of a reader's data set, so that a restore over changed data is refused.
 
 Each file's identity line holds its path, size, label and, by the reader's ``verify``
-argument, either its modification time (``metadata``, the default: one ``stat`` per file
-when the pipeline is built) or the SHA-256 of its contents (``content``: every file read
-once; for data sets copied with their times preserved, or copied to each node without
-them). The digest of the lines, in reading order, goes into every checkpoint.
+argument, either its modification time (an object's ETag and version id; ``metadata``, the
+default: one ``stat`` per file, an object's from its listing, when the pipeline is built)
+or the SHA-256 of its contents (``content``: every file read once; for data sets copied
+with their times preserved, or copied to each node without them). The digest of the
+lines, in reading order, goes into every checkpoint.
 
 The lines themselves, compressed (a *listing*), are kept apart from the checkpoint (the
 server keeps them in Redis by digest), so that a refused restore can name the first file
@@ -27,7 +28,7 @@ _ANY_PATH = DataFiles(None)
 
 def _lines(entries: Sequence[FileEntry], verify: str, files: DataFiles) -> Iterator[str]:
     for e in entries:
-        stamp = files.sha256(e) if verify == VERIFY_CONTENT else str(e.mtime_ns)
+        stamp = files.sha256(e) if verify == VERIFY_CONTENT else e.stamp
         yield f"{e.path}\0{e.size}\0{stamp}\0{e.label}\n"
 
 
@@ -77,6 +78,13 @@ class DataIdentity:
         return "no file differs from the earlier listing"
 
 
+def stamp_change(stamp: str) -> str:
+    """What a changed stamp of a listing says changed."""
+    if len(stamp) == 64:
+        return "contents"
+    return "ETag or version" if stamp.startswith("etag ") else "modification time"
+
+
 def _path(line: str) -> str:
     return line.split("\0", 1)[0]
 
@@ -91,5 +99,5 @@ def _describe(index: int, then: str, now: str, name: Callable[[str], str]) -> st
     what = [f"{name} {x} -> {y}" for name, x, y in
             (("size", a[1], b[1]), ("label", a[3], b[3])) if x != y]
     if a[2] != b[2]:
-        what.append("contents" if len(a[2]) == 64 else "modification time")
+        what.append(stamp_change(a[2]))
     return f"file {index} {name(b[0])!r} changed ({', '.join(what)})"

@@ -15,6 +15,10 @@ and the open. Only regular files are read (a FIFO would block, a device never en
 roots themselves are the operator's: the path of each is resolved once, when the pipeline is
 built.
 
+**Object roots.** A root may be an object store prefix (``s3://bucket/prefix``): a URL
+is beneath it when it continues the root's key (``object_urls.py``); its objects are
+listed and read by ``object_list.py`` and ``files.py``.
+
 **Naming.** Errors go to clients, who need not learn where the roots lie: a file is named
 ``<root N>/relative/path`` (N: the root's index in ``data_roots``; the server logs the
 roots at start), and a path outside every root as the caller spelled it, normalized.
@@ -29,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conveyor.errors import DataFileError, InvalidArgument, PermissionDenied
+from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused after the fstat).
@@ -57,17 +62,45 @@ def not_a_folder(op: str, what: str, name: str, real: str) -> InvalidArgument:
     return InvalidArgument(f"{op}: {what} {name!r} is not a directory")
 
 
+def outside_object_roots(op: str, what: str, url: str) -> PermissionDenied:
+    """The refusal of an object URL that lies below no object root."""
+    return PermissionDenied(
+        f"{op}: {what} {url!r} is outside the data roots, the only places this server "
+        "reads: check the bucket and key for a typo, or make a prefix above it a data root "
+        "(the server's --data-root s3://BUCKET/PREFIX, data_roots in its configuration)")
+
+
 class DataRoots:
     def __init__(self, roots: Sequence[str | Path]) -> None:
-        #: Each root as configured, made absolute (how paths given to pipelines spell it).
-        self.given = [os.path.normpath(os.path.abspath(r)) for r in roots]
-        #: Each root's real directory, resolved once.
-        self.real = [os.path.realpath(r) for r in roots]
+        #: Each object root (None for a folder), by index.
+        self.objects: list[ObjectUrl | None] = [
+            parse_object_url(str(r), "data root") if is_object_url(str(r)) else None
+            for r in roots]
+        #: Each root as configured, made absolute (how paths given to pipelines spell it);
+        #: an object root as its URL.
+        self.given = [str(o) if o is not None else os.path.normpath(os.path.abspath(r))
+                      for r, o in zip(roots, self.objects, strict=True)]
+        #: Each root's real directory, resolved once (an object root's URL).
+        self.real = [str(o) if o is not None else os.path.realpath(r)
+                     for r, o in zip(roots, self.objects, strict=True)]
+
+    def locate_object(self, url: ObjectUrl) -> tuple[int, str] | None:
+        """(root index, key relative to that root) of an object URL, or None if it lies
+        below no object root."""
+        for index, root in enumerate(self.objects):
+            if root is not None and (relative := url.relative_to(root)) is not None:
+                return index, relative
+        return None
+
+    def object_root(self, index: int) -> ObjectUrl | None:
+        return self.objects[index] if index >= 0 else None
 
     def locate(self, real: str) -> tuple[int, str] | None:
         """(root index, path relative to that root) of a real path, or None if it lies
         outside every root ("" for a root itself)."""
         for index, root in enumerate(self.real):
+            if self.objects[index] is not None:
+                continue
             if real == root:
                 return index, ""
             prefix = root.rstrip(os.sep) + os.sep
@@ -86,10 +119,19 @@ class DataRoots:
     def name(self, path: str | Path) -> str:
         """``path`` for a message: ``<root N>/...`` if it is spelled beneath a root (or its
         real path lies beneath one), else normalized as given. Reads nothing but the
-        path's real location."""
+        path's real location. An object URL: ``<root N>/key`` beneath an object root, else
+        as given."""
+        if is_object_url(str(path)):
+            try:
+                found = self.locate_object(parse_object_url(str(path)))
+            except InvalidArgument:
+                found = None
+            return str(path) if found is None else f"{root_label(found[0])}/{found[1]}".rstrip("/")
         text = os.path.normpath(os.path.abspath(path))
         for spellings in (self.given, self.real):
             for index, root in enumerate(spellings):
+                if self.objects[index] is not None:
+                    continue
                 if text == root:
                     return root_label(index)
                 prefix = root.rstrip(os.sep) + os.sep

@@ -58,9 +58,8 @@ def _load_document(paths: ReaderPaths, located: Located, limits: EngineLimits) -
         raise ResourceExhausted(f"{OP}: annotations file {name!r} is {located.size:,} bytes, "
                                 f"above the server's limit limits.max_file_bytes = {limit:,}; "
                                 "it was not read")
-    fd = paths.open(located, "annotations file")
     try:
-        with os.fdopen(fd, "rb") as f:
+        with paths.open_binary(located, "annotations file") as f:
             data = f.read(located.size + 1)
     except OSError as exc:
         raise DataFileError(f"{OP}: cannot read annotations file {name!r}: "
@@ -93,18 +92,17 @@ class CocoSource:
             raise ResourceExhausted(f"{OP}: image {self.where(index)!r} is {located.size:,} "
                                     f"bytes, above the server's limit limits.max_file_bytes "
                                     f"= {limit:,}; it was not read")
-        fd = self._paths.open(located, "image")
         try:
-            size = os.fstat(fd).st_size
-            if size > located.size:
-                raise DataFileError(f"{OP}: image {self.where(index)!r} has {size:,} bytes, "
-                                    f"{located.size:,} when the pipeline listed it")
-            data = os.pread(fd, located.size, 0)
+            with self._paths.open_binary(located, "image") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size > located.size:
+                    raise DataFileError(f"{OP}: image {self.where(index)!r} has {size:,} "
+                                        f"bytes, {located.size:,} when the pipeline listed it")
+                f.seek(0)
+                data = f.read(located.size)
         except OSError as exc:
             raise DataFileError(f"{OP}: cannot read image {self.where(index)!r}: "
                                 f"{exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
         if len(data) != located.size:
             raise DataFileError(f"{OP}: image {self.where(index)!r} is shorter than when the "
                                 "pipeline listed it")
@@ -114,7 +112,7 @@ class CocoSource:
 @register_reader(OP)
 def build_coco_reader(request: ReaderRequest) -> Reader:
     args = request.args
-    paths = ReaderPaths(OP, request.roots)
+    paths = ReaderPaths(OP, request.roots, request.files.objects)
     for argument in ("file_root", "annotations_file"):
         if not args[argument]:
             raise SpecError(OP, argument, "is required")
@@ -134,7 +132,7 @@ def build_coco_reader(request: ReaderRequest) -> Reader:
                               "lists no image to read (skip_empty leaves out images without "
                               "annotations)")
     root = args["file_root"]
-    images = [paths.locate(os.path.join(root, name), "image") for name in index.names]
+    images = paths.locate_all([os.path.join(root, name) for name in index.names], "image")
     identity = ReaderIdentity(paths, [document_file, *images], args["verify"],
                               derived=[index.digest()] + [""] * len(images), kind="file",
                               derived_name="annotations")

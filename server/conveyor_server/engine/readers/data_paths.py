@@ -7,17 +7,30 @@ that root, one component at a time without following symlinks (``DataRoots.open`
 symlink swapped in since is refused rather than followed out of the root. Messages name a
 file ``<root N>/relative/path``, never the root. Without data roots (a pipeline in the
 trainer's own process) files are opened and named as given.
+
+A reader given the server's object storage clients (``objects``) reads ``s3://`` files as
+well: each is looked up (``HEAD``: size, ETag, version) when the pipeline is built, checked
+against the object roots, and read whole or by byte range, only while its ETag is the
+listed one. A reader without them (an LMDB database is memory-mapped) refuses an object
+storage URL, naming the argument.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conveyor.errors import DataFileError, InvalidArgument
+from conveyor.errors import DataFileError, InvalidArgument, NotSupported
 from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
+from conveyor_server.engine.data.object_file import open_object
+from conveyor_server.engine.data.object_list import ObjectPlaces
+from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
+from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
 from conveyor_server.engine.data.roots import (
     DataRoots,
     RealPaths,
@@ -41,16 +54,29 @@ class Located:
     #: The data root it lies beneath (-1 without roots) and its real path relative to it.
     root: int = -1
     relative: str = ""
+    #: An object's ETag and version id, as listed ("" for a file).
+    etag: str = ""
+    version: str = ""
+
+    @property
+    def stamp(self) -> str:
+        """What changes with the file's contents, as listed (see ``FileEntry.stamp``)."""
+        if not self.etag:
+            return str(self.mtime_ns)
+        return f"etag {self.etag}" + (f" version {self.version}" if self.version else "")
 
 
 class ReaderPaths:
     """One reader's view of the data roots. Each folder's real path is resolved once, so
     locating a file costs one ``lstat`` (and a full resolution only for a symlink)."""
 
-    def __init__(self, op: str, roots: DataRoots | None) -> None:
+    def __init__(self, op: str, roots: DataRoots | None,
+                 objects: ObjectStores | None = None) -> None:
         self.op = op
         self.roots = roots
         self._real_paths = RealPaths()
+        #: The object storage clients, for a reader that reads objects (None: local only).
+        self._places = ObjectPlaces(op, roots, objects) if objects is not None else None
 
     def name(self, path: str) -> str:
         """A path as messages name it."""
@@ -62,6 +88,15 @@ class ReaderPaths:
             return item.path
         return f"{root_label(item.root)}/{item.relative}".rstrip("/")
 
+    def local_only(self, path: str, what: str) -> None:
+        """Refuse an object storage URL: this reader reads local files."""
+        if is_object_url(path) and self._places is None:
+            raise NotSupported(
+                self.op, None, f"{what} {path!r} is in object storage, which {self.op} does "
+                "not read (it reads local files beneath a data root): copy the data to a "
+                "folder beneath a data root, or read objects with readers.file; see "
+                "docs/guides/object-storage.md")
+
     def _outside(self, path: str, real: str, what: str) -> tuple[int, str]:
         if self.roots is None:
             return -1, ""
@@ -71,7 +106,11 @@ class ReaderPaths:
         return found
 
     def real_dir(self, path: str, what: str) -> str:
-        """The real path of the folder ``path``, checked against the roots."""
+        """The real path of the folder ``path``, checked against the roots (an object
+        prefix: its URL, checked against the object roots)."""
+        self.local_only(path, what)
+        if self._places is not None and is_object_url(path):
+            return str(self._places.url(path, what)[0])
         real = os.path.realpath(path)
         self._outside(path, real, what)
         if not os.path.isdir(real):
@@ -82,6 +121,9 @@ class ReaderPaths:
         """The regular file ``path``, listed: PermissionDenied if it lies outside the data
         roots (checked first, also for one that does not exist), DataFileError naming it if
         it cannot be read, InvalidArgument if a listing cannot hold its name."""
+        self.local_only(path, what)
+        if self._places is not None and is_object_url(path):
+            return self._locate_object(path, what)
         if why := unfit_name(path):
             raise InvalidArgument(f"{self.op}: {what} {self.name(path.replace(chr(0), '?'))!r} "
                                   f"{why}: rename it")
@@ -103,6 +145,104 @@ class ReaderPaths:
         if not stat.S_ISREG(st.st_mode):
             raise DataFileError(f"{self.op}: {what} {self.name(path)!r} is not a regular file")
         return Located(path, st.st_size, st.st_mtime_ns, root, relative)
+
+    def _locate_object(self, path: str, what: str) -> Located:
+        assert self._places is not None
+        url, root, relative = self._places.url(path, what)
+        if why := unfit_name(str(url)):
+            raise InvalidArgument(f"{self.op}: {what} {self.name(str(url))!r} {why}: rename it")
+        [info] = self._places.heads([url])
+        return Located(str(url), info.size, 0, root, relative, info.etag, info.version)
+
+    def locate_all(self, paths: Sequence[str], what: str = "file") -> list[Located]:
+        """``locate`` of each path; objects looked up concurrently."""
+        if self._places is None or not any(is_object_url(p) for p in paths):
+            return [self.locate(p, what) for p in paths]
+        places = self._places
+        urls = {i: places.url(p, what) for i, p in enumerate(paths) if is_object_url(p)}
+        infos = dict(zip(urls, places.heads([u for u, _, _ in urls.values()]), strict=True))
+        out = []
+        for i, path in enumerate(paths):
+            if i not in urls:
+                out.append(self.locate(path, what))
+                continue
+            url, root, relative = urls[i]
+            if why := unfit_name(str(url)):
+                raise InvalidArgument(f"{self.op}: {what} {self.name(str(url))!r} {why}: "
+                                      "rename it")
+            info = infos[i]
+            out.append(Located(str(url), info.size, 0, root, relative, info.etag,
+                               info.version))
+        return out
+
+    def objects_below(self, path: str, what: str) -> list[tuple[str, Located]]:
+        """Every object below the prefix ``path`` (keys in order): its key relative to
+        ``path`` and its listing."""
+        assert self._places is not None
+        url = self._places.url(path, what)[0]
+        start = len(url.key) + 1 if url.key else 0
+        out = []
+        for info in self._places.listing(url, what):
+            below = url.below(info.key[start:])
+            found = self.roots.locate_object(below) if self.roots is not None else None
+            root, relative = found if found is not None else (-1, "")
+            out.append((info.key[start:], Located(str(below), info.size, 0, root, relative,
+                                                  info.etag, info.version)))
+        return out
+
+    def open_binary(self, item: Located, what: str = "") -> io.BufferedIOBase:
+        """The listed file to read from its start: a local file opened beneath its root, an
+        object fetched whole (only while it is the listed one; from the node cache where
+        it holds it)."""
+        url = self._object(item)
+        if url is not None:  # whole: through the node cache where the server has one
+            assert self._places is not None
+            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
+            try:
+                return io.BytesIO(self._places.objects.get(url, info))
+            except ObjectStoreFailure as failure:
+                raise read_error(failure, self.op, self.name_of(item)) from None
+        return os.fdopen(self.open(item, what), "rb")
+
+    def open_ranges(self, item: Located, what: str = "") -> io.BufferedIOBase:
+        """The listed file to seek in and read parts of: a local file opened beneath its
+        root, an object read by ranged GETs as it is read (``object_file.py``)."""
+        url = self._object(item)
+        if url is not None:
+            assert self._places is not None
+            return open_object(self._places.objects, url,
+                               ObjectInfo(item.relative, item.size, item.etag, item.version))
+        return os.fdopen(self.open(item, what), "rb")
+
+    def is_object(self, item: Located) -> bool:
+        return self._object(item) is not None
+
+    def _object(self, item: Located) -> ObjectUrl | None:
+        if not item.etag and not is_object_url(item.path):
+            return None
+        root = self.roots.object_root(item.root) if self.roots is not None else None
+        return root.below(item.relative) if root is not None else parse_object_url(item.path)
+
+    def read_range(self, item: Located, offset: int, length: int, what: str = "") -> bytes:
+        """Up to ``length`` bytes of the listed file from ``offset`` (fewer only at its
+        end); DataFileError naming it if it cannot be read (an object: also if it is no
+        longer the listed one)."""
+        url = self._object(item)
+        if url is not None:
+            assert self._places is not None
+            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
+            try:
+                return self._places.objects.get(url, info, (offset, offset + length))
+            except ObjectStoreFailure as failure:
+                raise read_error(failure, self.op, self.name_of(item)) from None
+        fd = self.open(item, what)
+        try:
+            return os.pread(fd, length, offset)
+        except OSError as exc:
+            raise DataFileError(f"{self.op}: cannot read {self.name_of(item)!r}: "
+                                f"{exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
 
     def open(self, item: Located, what: str = "") -> int:
         """A descriptor of the listed file, opened beneath its root (as given without
@@ -134,6 +274,8 @@ class ReaderPaths:
     def read_text(self, path: str, what: str) -> str:
         """The UTF-8 text of the file ``path`` (a file list, an index file), opened as a
         data file is; InvalidArgument naming it if it cannot be read."""
+        if self._places is not None and is_object_url(path):
+            return self._places.read_text(self._places.url(path, what)[0], what)
         item = self.locate(path, what)
         try:
             with os.fdopen(self.open(item, what), encoding="utf-8") as f:

@@ -24,7 +24,7 @@ OP = "readers.file"
 
 @register_reader(OP)
 def build_file_reader(request: ReaderRequest) -> Reader:
-    entries = file_list.resolve(request.args, request.roots)
+    entries = file_list.resolve(request.args, request.roots, request.files.objects)
     return Reader(reader_stage(request, len(entries)), None,
                   DataIdentity(entries, request.args["verify"], request.files), len(entries),
                   entries)

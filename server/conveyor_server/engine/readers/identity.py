@@ -16,12 +16,15 @@ import zlib
 from collections.abc import Iterator, Sequence
 
 from conveyor_server.engine.data.files import sha256_of
+from conveyor_server.engine.data.identity import stamp_change
 from conveyor_server.engine.readers.data_paths import Located, ReaderPaths
 
 VERIFY_CONTENT = "content"
 
 
 def _content_sha256(paths: ReaderPaths, item: Located) -> str:
+    if item.etag:  # an object: read whole
+        return hashlib.sha256(paths.read_range(item, 0, item.size)).hexdigest()
     return sha256_of(paths.open(item), paths.op, paths.name_of(item))
 
 
@@ -50,7 +53,7 @@ class ReaderIdentity:
 
     def _lines(self) -> Iterator[str]:
         for i, item in enumerate(self._items):
-            stamp = self._stamps[i] if self._stamps is not None else str(item.mtime_ns)
+            stamp = self._stamps[i] if self._stamps is not None else item.stamp
             yield f"{item.path}\0{item.size}\0{stamp}\0{self._derived[i]}\n"
 
     def listing(self) -> bytes:
@@ -85,7 +88,7 @@ class ReaderIdentity:
                     f"{self._name(then)!r} (a {self.kind} was added or removed)")
         what = [f"size {a[1]} -> {b[1]}"] if a[1] != b[1] else []
         if a[2] != b[2]:
-            what.append("contents" if self.verify == VERIFY_CONTENT else "modification time")
+            what.append(stamp_change(a[2]))
         if a[3] != b[3]:
             what.append(self.derived_name)
         return f"{self.kind} {index} {self._name(now)!r} changed ({', '.join(what)})"

@@ -30,6 +30,7 @@ from numpy.lib import format as npy
 from conveyor.errors import DataFileError, InvalidArgument, ResourceExhausted, SpecError
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.data.object_urls import is_object_url
 from conveyor_server.engine.ops.probes.probe_set import source_probe
 from conveyor_server.engine.readers import npy_format
 from conveyor_server.engine.readers.build import (
@@ -79,13 +80,31 @@ def list_files(args: Mapping[str, Any], paths: ReaderPaths) -> list[Located]:
         found = [os.path.join(folder, line.strip()) for line in lines if line.strip()]
     elif files:
         found = [os.path.join(file_root, f) for f in files]
+    elif is_object_url(file_root):
+        return _scan_objects(paths, file_root, args["file_filter"])
     else:
         found = _scan(file_root, args["file_filter"])
     if not found:
-        where = paths.name(file_list or file_root)
-        raise InvalidArgument(f"{OP}: no files found in {where!r}"
-                              + ("" if file_list else f" matching {args['file_filter']!r}"))
-    return [paths.locate(path) for path in found]
+        raise _none_found(paths, file_list or file_root, "" if file_list else
+                          args["file_filter"])
+    return paths.locate_all(found)
+
+
+def _none_found(paths: ReaderPaths, where: str, pattern: str) -> InvalidArgument:
+    return InvalidArgument(f"{OP}: no files found in {paths.name(where)!r}"
+                           + (f" matching {pattern!r}" if pattern else ""))
+
+
+def _scan_objects(paths: ReaderPaths, root: str, pattern: str) -> list[Located]:
+    """``_scan`` over an object prefix: the matching objects right below it, then those
+    one folder down, folder by folder (each name-sorted)."""
+    matching = [(key, item) for key, item in paths.objects_below(root, "file_root")
+                if key.count("/") <= 1 and fnmatch.fnmatchcase(key.rpartition("/")[2], pattern)]
+    matching.sort(key=lambda pair: ("/" in pair[0], pair[0].partition("/")[0] if "/" in
+                                    pair[0] else "", pair[0].rpartition("/")[2]))
+    if not matching:
+        raise _none_found(paths, root, pattern)
+    return [item for _, item in matching]
 
 
 class NumpySource:
@@ -103,14 +122,15 @@ class NumpySource:
     def read(self, index: int) -> list[np.ndarray]:
         item = self._files[index]
         name = self._paths.name_of(item)
+        self._check(name, "is", item.size, self._limits.max_file_bytes, "max_file_bytes")
         try:
-            with os.fdopen(self._paths.open(item), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            with self._paths.open_binary(item) as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(0)
                 if size != item.size:
                     raise DataFileError(
                         f"{OP}: {name!r} has {size} bytes, but {item.size} when the pipeline "
                         "listed it: the data set changed under the pipeline")
-                self._check(name, "is", size, self._limits.max_file_bytes, "max_file_bytes")
                 header = npy_format.read_header(f)
                 npy_format.check_size(header, size)
                 self._check(name, f"holds {header.describe()} =", header.nbytes,
@@ -131,7 +151,7 @@ class NumpySource:
 
 @register_reader(OP)
 def build_numpy_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots)
+    paths = ReaderPaths(OP, request.roots, request.files.objects)
     files = list_files(request.args, paths)
     identity = ReaderIdentity(paths, files, request.args["verify"])
     return Reader(reader_stage(request, len(files)),

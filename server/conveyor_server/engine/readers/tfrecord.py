@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import struct
 from array import array
 from collections.abc import Mapping, Sequence
@@ -231,14 +230,7 @@ class TfrecordSource:
             raise ResourceExhausted(
                 f"{OP}: record {self.where(index)!r} holds {data_bytes:,} bytes, above the "
                 f"server's limit limits.max_file_bytes = {limit:,}; it was not read")
-        fd = self._paths.open(located, "TFRecord file")
-        try:
-            blob = os.pread(fd, size, offset)
-        except OSError as exc:
-            raise DataFileError(f"{OP}: cannot read {self._paths.name_of(located)!r}: "
-                                f"{exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
+        blob = self._paths.read_range(located, offset, size, "TFRecord file")
         try:
             if len(blob) != size:
                 raise RecordError(f"is cut short: the file ends {size - len(blob):,} bytes "
@@ -272,7 +264,7 @@ def features_of(args: Mapping[str, Any]) -> list[tuple[str, Feature]]:
 
 @register_reader(OP)
 def build_tfrecord_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots)
+    paths = ReaderPaths(OP, request.roots, request.files.objects)
     parse = FeatureParser(features_of(request.args), request.limits)
     index = TfrecordIndex(request.args, paths)
     identity = ReaderIdentity(paths, index.files, request.args["verify"],

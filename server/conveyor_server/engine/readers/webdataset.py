@@ -120,8 +120,8 @@ def _shard_samples(shard: Located, index_path: str | None,
             raise DataFileError(f"{OP}: index file {paths.name(index_path)!r} of shard "
                                 f"{name!r}: {exc}") from None
     try:
-        with os.fdopen(paths.open(shard, "shard"), "rb") as f:
-            return tar_index.read_tar(f, shard.size)
+        with paths.open_ranges(shard, "shard") as f:
+            return tar_index.read_tar(f, shard.size)  # type: ignore[arg-type]
     except tar_index.ShardError as exc:
         raise DataFileError(f"{OP}: shard {name!r} {exc}") from None
     except OSError as exc:
@@ -213,6 +213,8 @@ class WebdatasetSource:
         shard = self._index.shards[self._index.shard_of[index]]
         spans = self._index.spans[index].tolist()
         self._check(index, spans)
+        if self._paths.is_object(shard):
+            return self._read_object(shard, spans, index)
         fd = self._paths.open(shard, "shard")
         try:
             size = os.fstat(fd).st_size
@@ -228,6 +230,26 @@ class WebdatasetSource:
                                 f"{exc.strerror or exc}") from None
         finally:
             os.close(fd)
+
+    def _read_object(self, shard: Located, spans: list[tuple[int, int]],
+                     index: int) -> list[np.ndarray]:
+        """A sample of a shard in object storage: its members (adjacent in the tar) in
+        one ranged GET, from the first to the end of the last."""
+        present = [(o, n) for o, n in spans if o >= 0]
+        start = min((o for o, _ in present), default=0)
+        end = max((o + n for o, n in present), default=0)
+        data = self._paths.read_range(shard, start, end - start, "shard") if present else b""
+        if len(data) != end - start:
+            raise DataFileError(f"{OP}: {self.where(index)!r}: the shard ends inside the "
+                                f"sample, at byte {start + len(data):,}")
+        out = []
+        for (offset, length), dtype in zip(spans, self._dtypes, strict=True):
+            array = np.empty(length // dtype.itemsize, dtype=dtype)
+            if offset >= 0:
+                array.view(np.uint8)[:] = np.frombuffer(
+                    data, np.uint8, length, offset - start)
+            out.append(array)
+        return out
 
     def _member(self, fd: int, offset: int, length: int, dtype: np.dtype,
                 index: int) -> np.ndarray:
@@ -247,7 +269,7 @@ class WebdatasetSource:
 
 @register_reader(OP)
 def build_webdataset_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots)
+    paths = ReaderPaths(OP, request.roots, request.files.objects)
     index = WebdatasetIndex(request.args, paths)
     identity = ReaderIdentity(paths, index.shards, request.args["verify"],
                               derived=index.digests, kind="shard")

@@ -1,0 +1,336 @@
+"""Reading object storage: one client per bucket, listings, whole objects and byte ranges,
+retried, with failures as ``conveyor.errors`` naming the bucket or key.
+
+The requests are made by obstore (Rust's ``object_store``): it signs them and takes its
+credentials as the AWS tools do (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, web identity for a Kubernetes service account, the instance's
+role); ``AWS_REGION`` and ``AWS_ENDPOINT_URL`` too. The server's configuration adds an
+endpoint, a region, path-style or virtual-hosted requests and plain http, for every bucket
+and per bucket (``ObjectStoreSettings``). Credentials are never held here, so they reach
+no message, log line or metric.
+
+Every request runs on one event loop thread shared by the server's pipelines (requests in
+flight wait on the network, not on a thread each). A request that fails on a server error
+(5xx, ``SlowDown``), a dropped or refused connection or a timeout is made again after a
+backoff with jitter, up to ``max_retries`` times; then, or on any other failure, it raises
+``ObjectStoreFailure`` with the kind of failure, which callers turn into the error their
+argument calls for (``object_errors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import obstore
+from obstore.store import S3Store
+
+from conveyor.errors import InvalidArgument
+from conveyor_server.engine.data.node_cache import NodeCache, entry_name
+from conveyor_server.engine.data.object_errors import ObjectStoreFailure, classify
+from conveyor_server.engine.data.object_urls import ObjectUrl
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BucketSettings:
+    """How to reach a bucket ("" or None: obstore's default, from the environment)."""
+
+    endpoint: str = ""
+    region: str = ""
+    #: True: https://BUCKET.endpoint/KEY; False: https://endpoint/BUCKET/KEY (path style,
+    #: what most on-premises stores want).
+    virtual_hosted_style: bool | None = None
+    #: Plain http to the endpoint (an on-premises store without TLS).
+    allow_http: bool = False
+
+
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    default: BucketSettings = field(default_factory=BucketSettings)
+    #: Per bucket: replaces ``default`` for that bucket.
+    buckets: Mapping[str, BucketSettings] = field(default_factory=dict)
+    max_retries: int = 6
+    #: The first backoff, doubled at each retry up to ``max_backoff_s`` (with jitter).
+    backoff_s: float = 0.1
+    max_backoff_s: float = 5.0
+    #: Seconds one request may take (connecting included) before it is retried.
+    request_timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    #: Objects one listing may hold (a bound on what a spec can make the server allocate).
+    max_listed_objects: int = 10_000_000
+    #: Objects each pipeline fetches ahead of its reads, at most (count and bytes).
+    fetch_ahead_objects: int = 256
+    fetch_ahead_bytes: int = 256 << 20
+    #: The node cache's folder ("" for none) and its bound in bytes (``node_cache.py``).
+    cache_dir: str = ""
+    cache_max_bytes: int = 0
+
+    def for_bucket(self, bucket: str) -> BucketSettings:
+        return self.buckets.get(bucket, self.default)
+
+
+class ObjectStoreObserver(Protocol):
+    def request(self, kind: str, seconds: float, ok: bool) -> None: ...
+
+    def fetched(self, nbytes: int) -> None: ...
+
+    def retried(self, kind: str) -> None: ...
+
+    def cached(self, hit: bool) -> None: ...
+
+
+class _Unobserved:
+    def request(self, kind: str, seconds: float, ok: bool) -> None:
+        pass
+
+    def fetched(self, nbytes: int) -> None:
+        pass
+
+    def retried(self, kind: str) -> None:
+        pass
+
+    def cached(self, hit: bool) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object as listed: its key, size, ETag and version id ("" where the bucket keeps
+    no versions)."""
+
+    key: str
+    size: int
+    etag: str
+    version: str
+
+
+def endpoint_of(settings: BucketSettings) -> str:
+    """The endpoint a bucket's requests go to: configured, else the environment's."""
+    return (settings.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "")
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+
+
+class ObjectStores:
+    """The server's clients of object storage, one per bucket, made on first use."""
+
+    def __init__(self, settings: ObjectStoreSettings | None = None,
+                 observer: ObjectStoreObserver | None = None) -> None:
+        self.settings = settings or ObjectStoreSettings()
+        self.observer = observer or _Unobserved()
+        self._stores: dict[str, S3Store] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        s = self.settings
+        #: The node cache every pipeline of this server shares (None: no cache).
+        self.cache = NodeCache(s.cache_dir, s.cache_max_bytes) \
+            if s.cache_dir and s.cache_max_bytes > 0 else None
+        #: The node cache's lookups under way, by entry (used on the request loop only).
+        self._flights: dict[str, asyncio.Future[bytes]] = {}
+
+    # -- the clients ---------------------------------------------------------------------
+
+    def _store(self, bucket: str) -> S3Store:
+        with self._lock:
+            store = self._stores.get(bucket)
+            if store is None:
+                store = self._stores[bucket] = self._make(bucket)
+            return store
+
+    def _make(self, bucket: str) -> S3Store:
+        conf = self.settings.for_bucket(bucket)
+        endpoint = endpoint_of(conf)
+        allow_http = conf.allow_http or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true"
+        if endpoint.lower().startswith("http://") and not allow_http:
+            where = "object_storage.buckets" if bucket in self.settings.buckets \
+                else "object_storage"
+            raise InvalidArgument(
+                f"bucket {bucket!r}: its endpoint {endpoint!r} is plain http, which this server "
+                f"does not use unless told to: set allow_http: true in {where} (an "
+                "on-premises store on a trusted network), or use an https:// endpoint",
+                bucket=bucket)
+        s = self.settings
+        options: dict[str, Any] = {"allow_http": allow_http,
+                                   "timeout": f"{s.request_timeout_s}s",
+                                   "connect_timeout": f"{s.connect_timeout_s}s"}
+        config: dict[str, Any] = {}
+        if conf.endpoint:
+            config["endpoint"] = conf.endpoint
+        if conf.region:
+            config["region"] = conf.region
+        if conf.virtual_hosted_style is not None:
+            config["virtual_hosted_style_request"] = conf.virtual_hosted_style
+        # Retries are made here (counted and bounded as configured), not inside obstore.
+        return S3Store(bucket, config=config,  # type: ignore[arg-type]
+                       client_options=options,  # type: ignore[arg-type]
+                       retry_config={"max_retries": 0})
+
+    # -- the loop the requests run on ----------------------------------------------------
+
+    def _run_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=_serve, args=(loop,), name="conveyor-objects",
+                                 daemon=True).start()
+                self._loop = loop
+                # Stopped (and closed) when these clients are closed or dropped.
+                self._finalizer = weakref.finalize(self, _stop, loop)
+            return self._loop
+
+    def submit(self, work: Awaitable[T]) -> Future[T]:
+        """Run ``work`` (a coroutine of this object's) on the request loop."""
+        return asyncio.run_coroutine_threadsafe(work, self._run_loop())  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            self._finalizer()
+
+    async def _retried(self, kind: str, url: ObjectUrl,
+                       call: Callable[[], Awaitable[T]]) -> T:
+        s = self.settings
+        delay = s.backoff_s
+        for attempt in range(s.max_retries + 1):
+            start = time.monotonic()
+            try:
+                result = await call()
+            except Exception as exc:
+                self.observer.request(kind, time.monotonic() - start, False)
+                failure = classify(exc, url, attempt)
+                if not failure.transient or attempt == s.max_retries:
+                    raise failure from None
+                self.observer.retried(kind)
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))
+                delay = min(delay * 2, s.max_backoff_s)
+                continue
+            self.observer.request(kind, time.monotonic() - start, True)
+            return result
+        raise AssertionError("unreachable")
+
+    # -- requests ------------------------------------------------------------------------
+
+    async def list_async(self, url: ObjectUrl, limit: int) -> list[ObjectInfo]:
+        """The objects whose keys lie below the prefix ``url`` (a key ``url.key/...``), in
+        key order; at most ``limit`` (ObjectStoreFailure "too_many" past it)."""
+        store = self._store(url.bucket)
+        prefix = url.key + "/" if url.key else None
+
+        async def listing() -> list[ObjectInfo]:
+            out: list[ObjectInfo] = []
+            async for chunk in obstore.list(store, prefix, chunk_size=1000):
+                for meta in chunk:
+                    out.append(ObjectInfo(meta["path"], meta["size"], meta["e_tag"] or "",
+                                          meta["version"] or ""))
+                if len(out) > limit:
+                    raise ObjectStoreFailure("too_many", url, f"more than {limit:,} objects")
+            return out
+        return await self._retried("list", url, listing)
+
+    async def head_async(self, url: ObjectUrl) -> ObjectInfo:
+        store = self._store(url.bucket)
+
+        async def head() -> ObjectInfo:
+            meta = await obstore.head_async(store, url.key)
+            return ObjectInfo(meta["path"], meta["size"], meta["e_tag"] or "",
+                              meta["version"] or "")
+        return await self._retried("head", url, head)
+
+    async def get_async(self, url: ObjectUrl, info: ObjectInfo | None = None,
+                        byte_range: tuple[int, int] | None = None) -> bytes:
+        """The object's bytes (``byte_range``: [start, end) of them; fewer at its end);
+        with ``info`` (as listed), only the same object: another ETag (or version) raises
+        ObjectStoreFailure "changed"."""
+        store = self._store(url.bucket)
+        options: dict[str, Any] = {}
+        if byte_range is not None:
+            if byte_range[0] >= byte_range[1]:
+                return b""
+            options["range"] = byte_range
+        if info is not None:
+            if info.etag:
+                options["if_match"] = info.etag
+            if info.version:
+                options["version"] = info.version
+
+        async def get() -> bytes:
+            result = await obstore.get_async(store, url.key,
+                                             options=options)  # type: ignore[arg-type]
+            return bytes(await result.bytes_async())
+        if self.cache is None or info is None or not info.etag or byte_range is not None:
+            data = await self._retried("get", url, get)
+            self.observer.fetched(len(data))
+            return data
+        # Through the node cache: one lookup (and fetch) per object at a time, which
+        # concurrent reads of it (two pipelines, two batches) wait for.
+        name = entry_name(url.bucket, url.key, info.etag, info.version)
+        flight = self._flights.get(name)
+        if flight is not None:
+            self.observer.cached(True)
+            return await asyncio.shield(flight)
+        flight = self._flights[name] = asyncio.get_running_loop().create_future()
+        try:
+            held = await asyncio.to_thread(self.cache.get, name, info.size)
+            self.observer.cached(held is not None)
+            if held is not None:
+                data = held
+            else:
+                data = await self._retried("get", url, get)
+                self.observer.fetched(len(data))
+                await asyncio.to_thread(self.cache.put, name, data)
+            flight.set_result(data)
+            return data
+        except BaseException as exc:
+            flight.set_exception(exc)
+            flight.exception()  # retrieved: no waiter is not an error
+            raise
+        finally:
+            del self._flights[name]
+
+    async def get_range_async(self, url: ObjectUrl, start: int, end: int) -> bytes:
+        store = self._store(url.bucket)
+
+        async def get() -> bytes:
+            return bytes(await obstore.get_range_async(store, url.key, start=start, end=end))
+        data = await self._retried("get_range", url, get)
+        self.observer.fetched(len(data))
+        return data
+
+    def list(self, url: ObjectUrl, limit: int) -> list[ObjectInfo]:
+        return self.submit(self.list_async(url, limit)).result()
+
+    def head(self, url: ObjectUrl) -> ObjectInfo:
+        return self.submit(self.head_async(url)).result()
+
+    def get(self, url: ObjectUrl, info: ObjectInfo | None = None,
+            byte_range: tuple[int, int] | None = None) -> bytes:
+        return self.submit(self.get_async(url, info, byte_range)).result()
+
+    def get_range(self, url: ObjectUrl, start: int, end: int) -> bytes:
+        return self.submit(self.get_range_async(url, start, end)).result()

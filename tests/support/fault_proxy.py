@@ -1,0 +1,73 @@
+"""A TCP proxy on loopback in front of a real S3 server, for fault tests: it answers the
+first ``refuse`` connections with ``503 SlowDown`` (as S3 does when it sheds load) and
+closes them, and holds every chunk a client sends for ``delay`` seconds (slow answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from tests.support.seaweed import free_ports
+
+SLOW_DOWN = (b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+             b"Content-Length: 113\r\n\r\n<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>"
+             b"SlowDown</Code><Message>Please reduce your request rate.</Message></Error>")
+
+
+class FaultProxy:
+    def __init__(self, target: int, *, refuse: int = 0, delay: float = 0.0) -> None:
+        self.port = free_ports(1)[0]
+        self.refuse = refuse
+        self.refused = 0
+        self._target, self._delay = target, delay
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port))
+        self._started.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refused < self.refuse:
+            self.refused += 1
+            await reader.read(1 << 16)  # the request
+            writer.write(SLOW_DOWN)
+            await writer.drain()
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                       delay: float) -> None:
+            try:
+                while chunk := await src.read(1 << 16):
+                    if delay:
+                        await asyncio.sleep(delay)
+                    dst.write(chunk)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+        await asyncio.gather(pipe(reader, up_writer, self._delay), pipe(up_reader, writer, 0.0))
+
+    def close(self) -> None:
+        async def stop() -> None:
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
