@@ -46,7 +46,7 @@ from bench._shared import (
     table,
 )
 from bench.resnet50 import BATCH, resnet50_pipeline
-from conveyor.allocator import DEFAULT, tune_malloc
+from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor_server import Pipeline
 from conveyor_server.engine.data.object_store import (
     BucketSettings,
