@@ -1,8 +1,11 @@
-"""A reader's file as listed when the pipeline is built, and the names a listing holds."""
+"""A reader's file as listed when the pipeline is built, the names a listing holds, and
+the lines of a file list (``path label``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from conveyor.errors import InvalidArgument
 
 #: What ``str.splitlines`` splits on: a listing holds one file per line.
 _LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
@@ -41,3 +44,23 @@ def unfit_name(path: str) -> str:
     except UnicodeEncodeError:
         return "has a name that is not UTF-8"
     return ""
+
+
+def file_list_lines(text: str, name: str, op: str) -> list[tuple[int, str, int]]:
+    """The entries of a file list's text, one ``path label`` a line (blank lines skipped):
+    (line number, path as written, label); InvalidArgument naming the line otherwise."""
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.rsplit(maxsplit=1)
+        try:
+            label = int(parts[1]) if len(parts) == 2 else -1
+        except ValueError:
+            label = -1
+        if label < 0:
+            raise InvalidArgument(f"{op}: file_list {name!r} line {number}: expected "
+                                  f"'path label' with an integer label >= 0, got {line!r}")
+        entries.append((number, parts[0], label))
+    return entries

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.errors import DataFileError, InvalidArgument, SpecError
-from conveyor_server.engine.data.entries import FileEntry, unfit_name
+from conveyor_server.engine.data.entries import FileEntry, file_list_lines, unfit_name
 from conveyor_server.engine.data.object_list import resolve_objects, uses_objects
 from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.data.roots import DataRoots, RealPaths, not_a_folder
@@ -267,18 +267,4 @@ def _read_file_list(
     except (UnicodeDecodeError, DataFileError) as exc:
         raise InvalidArgument(f"{OP}: cannot read file_list {name!r}: {exc}") from None
     base = root or real.parent
-    pairs = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        parts = line.rsplit(maxsplit=1)
-        try:
-            label = int(parts[1]) if len(parts) == 2 else -1
-        except ValueError:
-            label = -1
-        if label < 0:
-            raise InvalidArgument(f"{OP}: file_list {name!r} line {number}: expected "
-                                  f"'path label' with an integer label >= 0, got {line!r}")
-        pairs.append((base / parts[0], label))
-    return pairs
+    return [(base / path, label) for _, path, label in file_list_lines(text, name, OP)]

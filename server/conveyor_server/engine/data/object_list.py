@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from conveyor.errors import InvalidArgument
-from conveyor_server.engine.data.entries import FileEntry, unfit_name
+from conveyor_server.engine.data.entries import FileEntry, file_list_lines, unfit_name
 from conveyor_server.engine.data.object_errors import (
     ObjectStoreFailure,
     argument_error,
@@ -139,21 +139,8 @@ def _below(root: ObjectUrl, name: str, what: str) -> ObjectUrl:
 
 
 def _parse_list(text: str, base: ObjectUrl, name: str) -> list[tuple[ObjectUrl, int]]:
-    pairs = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        parts = line.rsplit(maxsplit=1)
-        try:
-            label = int(parts[1]) if len(parts) == 2 else -1
-        except ValueError:
-            label = -1
-        if label < 0:
-            raise InvalidArgument(f"{OP}: file_list {name!r} line {number}: expected "
-                                  f"'path label' with an integer label >= 0, got {line!r}")
-        pairs.append((_below(base, parts[0], f"file_list {name!r} line {number}"), label))
-    return pairs
+    return [(_below(base, path, f"file_list {name!r} line {number}"), label)
+            for number, path, label in file_list_lines(text, name, OP)]
 
 
 def _scan(places: ObjectPlaces, root: ObjectUrl, wanted: Callable[[str], bool]) -> list[FileEntry]:
