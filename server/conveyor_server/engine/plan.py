@@ -64,6 +64,9 @@ class ReaderBinding:
     #: Reads a sample's outputs by index (``engine/readers/``); None for ``readers.file``,
     #: whose samples are its entries' bytes and labels.
     source: SampleSource | None = None
+    #: Whether its entries are objects in object storage, fetched ahead as a batch starts
+    #: (``readers.file``); decided once, at build.
+    reads_objects: bool = False
 
 
 @dataclass
@@ -217,9 +220,12 @@ def build_plan(spec: pipeline_pb2.PipelineSpec,
             digest = checkpoint_pb2.FileListDigest(
                 op=index, reader_name=op.name, num_files=parts.count,
                 sha256=parts.identity.digest)
-            plan.readers[index] = ReaderBinding(parts.stage, list(parts.entries), op.name,
-                                                digest, parts.identity, files,
-                                                args["on_error"], parts.source)
+            entries = list(parts.entries)
+            plan.readers[index] = ReaderBinding(
+                parts.stage, entries, op.name, digest, parts.identity, files,
+                args["on_error"], parts.source,
+                reads_objects=parts.source is None and any(
+                    files.object_of(entry) is not None for entry in entries))
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""

@@ -86,7 +86,7 @@ class SegmentRunner:
         the objects ``readers.file`` reads for it, batches being started in order)."""
         for op, values in sources:
             binding = self._plan.readers.get(op)
-            if binding is not None and binding.source is None and binding.entries:
+            if binding is not None and binding.reads_objects:
                 binding.files.fetch_ahead([binding.entries[i] for i in values])
         size = self._plan.spec.batch_size
         first = batch_index * size
