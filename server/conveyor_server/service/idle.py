@@ -25,9 +25,13 @@ log = logging.getLogger("conveyor.server")
 class IdleRelease:
     def __init__(self, service: ConveyorService, idle_release_s: float) -> None:
         self.service = service
-        #: Seconds without a consumer before a pipeline is released (0: never).
-        self.idle_release_s = idle_release_s
+        # Kept by the hosted pipelines, whose full-server refusal names it too.
         service.pipelines.idle_release_s = idle_release_s
+
+    @property
+    def idle_release_s(self) -> float:
+        """Seconds without a consumer before a pipeline is released (0: never)."""
+        return self.service.pipelines.idle_release_s
 
     def release_due(self) -> list[str]:
         """Release every pipeline idle for longer than the limit; the names released."""
