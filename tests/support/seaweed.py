@@ -101,18 +101,30 @@ class WeedProcess:
         return self
 
     def _wait_ready(self) -> None:
-        """Until the filer and the S3 gateway answer a request (any answer: they serve)."""
+        """Until the filer and the S3 gateway answer a request (any answer: they serve) and
+        the master can place a write (its volume server has joined it: before that, a
+        write through the gateway fails)."""
         deadline = time.monotonic() + START_TIMEOUT
-        for port in (self.filer, self.s3):
-            while not self._answers(port):
+        for what, ready in ((f"port {self.filer}", lambda: self._answers(self.filer)),
+                            (f"port {self.s3}", lambda: self._answers(self.s3)),
+                            ("a write (the master's /dir/assign)", self._writable)):
+            while not ready():
                 assert self.proc is not None
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"weed exited ({self.proc.returncode}); see "
                                        f"{self.log}: {self.log.read_text()[-2000:]}")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"weed did not answer on port {port} in "
-                                       f"{START_TIMEOUT} s; see {self.log}")
+                    raise RuntimeError(f"weed did not answer {what} in {START_TIMEOUT} s; "
+                                       f"see {self.log}")
                 time.sleep(0.05)
+
+    def _writable(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.master}/dir/assign",
+                                        timeout=5) as answer:
+                return "fid" in json.loads(answer.read())
+        except (OSError, ValueError):
+            return False
 
     @staticmethod
     def _answers(port: int) -> bool:

@@ -224,8 +224,9 @@ def build_plan(spec: pipeline_pb2.PipelineSpec,
             plan.readers[index] = ReaderBinding(
                 parts.stage, entries, op.name, digest, parts.identity, files,
                 args["on_error"], parts.source,
-                reads_objects=parts.source is None and any(
-                    files.object_of(entry) is not None for entry in entries))
+                # (A file reader lists objects or files, never both: its first tells.)
+                reads_objects=parts.source is None and bool(entries)
+                and files.object_of(entries[0]) is not None)
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""
