@@ -14,7 +14,7 @@ from conveyor_server.demo.run import rotate_pipeline
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import Start, client, wait_for
 
-ROUNDS = 12
+ROUNDS = 40
 
 
 def stream_until_it_ends(pipe: object, ended: Counter[str], running: threading.Event) -> None:

@@ -236,4 +236,7 @@ class AckReader(threading.Thread):
             return
         except Exception:  # the stream ended: nothing more to acknowledge
             return
-        self._context.cancel()  # the consumer is done: its last count is in
+        # The requests also end when the call itself ended (the send loop's error is its
+        # status): a cancel then could reach the client before that status, as CANCELLED.
+        if self._context.is_active():
+            self._context.cancel()  # the consumer is done: its last count is in
