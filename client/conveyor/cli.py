@@ -34,7 +34,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from google.protobuf import json_format, text_format
@@ -85,9 +85,9 @@ def _idle(info: service_pb2.PipelineInfo) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _holder(info: service_pb2.PipelineInfo) -> str:
+def _holder(info: service_pb2.PipelineInfo, known_as: Callable[[str], str]) -> str:
     """The holder line of ``describe``: who, and whether it is alive."""
-    text = f"{info.holder} (generation {info.generation})"
+    text = f"{known_as(info.holder)} (generation {info.generation})"
     if not info.HasField("holder_alive"):
         return f"{text}, alive: not known (the server could not read Redis)"
     if info.holder_alive:
@@ -143,9 +143,10 @@ def spec_lines(spec: pipeline_pb2.PipelineSpec) -> list[str]:
     return lines
 
 
-def _describe(info: service_pb2.PipelineInfo) -> None:
+def _describe(info: service_pb2.PipelineInfo, client: Client) -> None:
+    """``info`` as ``describe`` prints it; servers named as ``client`` knows them."""
     print(f"name:          {info.name}")
-    print(f"holder:        {_holder(info)}")
+    print(f"holder:        {_holder(info, client.known_as)}")
     print(f"fingerprint:   {info.fingerprint}")
     if info.run_id:
         print(f"run:           {info.run_id}")
@@ -166,7 +167,7 @@ def _describe(info: service_pb2.PipelineInfo) -> None:
                   "replaced")
     elif info.holder and info.holder_alive:
         print(f"batches:       not known here (ask its holder: `conveyor --server "
-              f"{info.holder} describe {info.name}`)")
+              f"{client.reach(info.holder)} describe {info.name}`)")
     print(f"latest ckpt:   {info.latest_checkpoint or '-'}")
     if info.spec.batch_size:
         source = (f" (of its latest checkpoint, {info.spec_checkpoint})"
@@ -270,8 +271,9 @@ def _no_server_hint(exc: ConveyorError, address: str, from_env: bool,
             "or the CONVEYOR_SERVER environment variable")
 
 
-def _pipelines(infos: Sequence[service_pb2.PipelineInfo]) -> None:
-    rows = [(i.name, i.holder, _alive(i), i.generation,
+def _pipelines(infos: Sequence[service_pb2.PipelineInfo], client: Client) -> None:
+    """The ``pipelines`` table; servers named as ``client`` knows them."""
+    rows = [(i.name, client.known_as(i.holder), _alive(i), i.generation,
              i.acknowledged if i.spec.batch_size or i.sent else "-", _idle(i),
              i.latest_checkpoint or "-") for i in infos]
     _print_table(rows, ("NAME", "HOLDER", "ALIVE", "GEN", "ACKED", "IDLE",
@@ -372,20 +374,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Client(server, timeout=args.timeout, token_file=args.token_file,
                     tls=tls_from_args(args)) as client:
             if args.command == "pipelines":
-                _pipelines(client.pipelines())
+                _pipelines(client.pipelines(), client)
             elif args.command == "describe":
-                _describe(client.pipeline(args.name))
+                _describe(client.pipeline(args.name), client)
             elif args.command == "checkpoint":
                 c = client.checkpoint(args.name)
-                print(f"{c.id}  after batch {c.batches}  {len(c.data)} bytes  by {c.server}")
+                print(f"{c.id}  after batch {c.batches}  {len(c.data)} bytes  by "
+                      f"{client.known_as(c.server)}")
             elif args.command == "checkpoints":
-                _print_table([(c.id, c.batches, c.size_bytes, c.server,
+                _print_table([(c.id, c.batches, c.size_bytes, client.known_as(c.server),
                                _when(c.created_unix_ms)) for c in client.checkpoints(args.name)],
                              ("ID", "BATCHES", "BYTES", "SERVER", "CREATED (UTC)"))
             elif args.command == "restore":
                 pipe = client.restore(args.name, checkpoint=args.checkpoint,
                                       consumed=args.consumed)
-                print(f"restored {pipe.name} on {pipe.info.holder} at batch "
+                print(f"restored {pipe.name} on {client.known_as(pipe.via)} at batch "
                       f"{pipe.info.acknowledged} (generation {pipe.info.generation})")
             elif args.command == "stream":
                 _stream(client, args.name, args.batches)

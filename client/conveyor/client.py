@@ -119,7 +119,8 @@ class Client(Cluster):
         if check_workers(workers) == 1:
             return RemotePipeline(self, self.pipeline(name), via=self.preferred)
         info = self.pipeline(name)
-        return RemotePipeline(self, info, via=info.holder or self.preferred).fan_out(workers)
+        via = self.reach(info.holder) or self.preferred
+        return RemotePipeline(self, info, via=via).fan_out(workers)
 
     def pipeline(self, name: str, *, via: str | None = None) -> service_pb2.PipelineInfo:
         return calls.describe(self, name, via=via)

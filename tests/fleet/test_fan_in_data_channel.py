@@ -40,14 +40,15 @@ def test_a_fan_in_of_two_on_data_channels_is_the_one_server_sequence(
 def test_a_worker_behind_a_grpc_only_proxy_falls_back_to_frames(
         start_server: Start, image_root: Path) -> None:
     """The second server advertises itself through a proxy on 127.0.0.2, where its data
-    port (on 127.0.0.1) cannot be reached."""
+    port (on 127.0.0.1) cannot be reached; the trainer, given the holder alone, knows it
+    by that name only (given both addresses, it would reach the second one directly)."""
     proxy = HoldingProxy(host="127.0.0.2")
     holder = start_server(env=source_env())
     behind = start_server("--advertise", proxy.address, env=source_env())
     proxy.forward_to(behind.address)
     spec = rotating(image_root)
     try:
-        with trainer(holder, behind) as c:
+        with trainer(holder) as c:
             pipe = c.open("proxied", spec, workers=2)
             got = [batch_bytes(pipe.run()) for _ in range(COUNT)]
             fan = pipe.fan_in

@@ -2,19 +2,23 @@
 replicas, three Sentinels): a write whose reply was lost is tried again and applied once;
 a trainer checkpointing through a failover (the primary killed with -9) sees nothing, gets
 the same batches as an uninterrupted run, and every checkpoint it was given restores
-exactly; a take-over made as the primary dies is applied once, on the new primary."""
+exactly; a take-over made as the primary dies is applied once, on the new primary. The
+same trainer rides through a standalone URL whose endpoint moves to the promoted replica
+(as a managed Redis's primary endpoint does)."""
 
 from __future__ import annotations
 
 import logging
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import redis
 import yaml
 
 from conveyor.errors import Fenced, Unavailable
@@ -24,6 +28,7 @@ from conveyor_server.store.failover import Failover
 from conveyor_server.store.records import StoredCheckpoint
 from conveyor_server.store.redis_process import RedisProcess, find_redis_server
 from conveyor_server.store.store import Store
+from tests.support.fault_proxy import FaultProxy
 from tests.support.redis_modes import ReplicatedRedis, free_port, start_replicated
 from tests.support.resume import batch_bytes, reference
 from tests.support.servers import ServerProcess, client
@@ -118,46 +123,100 @@ def replicated(tmp_path: Path) -> Iterator[ReplicatedRedis]:
         started.stop()
 
 
-def _server(replicated: ReplicatedRedis, image_root: Path, tmp_path: Path,
-            **redis_options: Any) -> ServerProcess:
-    cfg = replicated.config()
-    doc = {"listen": "127.0.0.1:0", "data_roots": [str(image_root)],
-           "redis": {"mode": "sentinel", "sentinels": list(cfg.sentinels),
-                     "master_name": cfg.master_name, **redis_options}}
+def _server(image_root: Path, tmp_path: Path, redis: dict[str, Any]) -> ServerProcess:
+    doc = {"listen": "127.0.0.1:0", "data_roots": [str(image_root)], "redis": redis}
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(doc))
     return ServerProcess(None, [], tmp_path, "--config", str(path)).start()
 
 
-def test_a_trainer_rides_through_a_sentinel_failover(
-        replicated: ReplicatedRedis, image_root: Path, tmp_path: Path) -> None:
-    server = _server(replicated, image_root, tmp_path, min_replicas=1)
+def _sentinel_server(replicated: ReplicatedRedis, image_root: Path, tmp_path: Path,
+                     **redis_options: Any) -> ServerProcess:
+    cfg = replicated.config()
+    return _server(image_root, tmp_path, {"mode": "sentinel", "sentinels": list(cfg.sentinels),
+                                          "master_name": cfg.master_name, **redis_options})
+
+
+def _ride(server: ServerProcess, image_root: Path, fail: Callable[[], None]) -> None:
+    """A trainer checkpointing every 3 batches, ``fail`` called right after its third
+    checkpoint: its loop raises nothing, its batches are an uninterrupted run's, the
+    checkpoint after the failure was tried until it held (the server's log), and every
+    checkpoint it was given restores exactly."""
     spec = rotate_pipeline(str(image_root / "imgs"), batch_size=2)
     expected = reference(spec, 25)  # one more: what the last checkpoint resumes at
+    with client(server, failover=False) as c:
+        pipe = c.create("rider", spec)
+        got, confirmed = [], []
+        for step in range(24):
+            got.append(batch_bytes(pipe.run()))
+            if step % 3 == 2:
+                confirmed.append(pipe.checkpoint())
+                if len(confirmed) == 3:
+                    fail()
+        assert got == expected[:24]
+        log = server.log_path.read_text()
+        assert "failed checkpoint (" in log and "answered checkpoint again" in log
+        kept = [k.id for k in c.checkpoints("rider")]
+        assert [k.id for k in confirmed] == kept[-len(confirmed):]
+        for i, saved in enumerate(confirmed):
+            copy = c.restore(f"copy-{i}", checkpoint=saved.id)
+            assert batch_bytes(copy.run()) == expected[saved.batches], saved.id
+            c.delete(f"copy-{i}")
+
+
+def test_a_trainer_rides_through_a_sentinel_failover(
+        replicated: ReplicatedRedis, image_root: Path, tmp_path: Path) -> None:
+    server = _sentinel_server(replicated, image_root, tmp_path, min_replicas=1)
+    killed: list[int] = []
     try:
-        with client(server, failover=False) as c:
-            pipe = c.create("rider", spec)
-            got, confirmed, killed = [], [], None
-            for step in range(24):
-                got.append(batch_bytes(pipe.run()))
-                if step % 3 == 2:
-                    confirmed.append(pipe.checkpoint())
-                    if len(confirmed) == 3:
-                        killed = replicated.kill_primary()  # right after a checkpoint
-            assert killed is not None
-            assert got == expected[:24]
-            log = server.log_path.read_text()
-            # The checkpoint after the kill met the failover and was tried until it held.
-            assert "failed checkpoint (" in log and "answered checkpoint again" in log
-            assert replicated.wait_promoted(killed) != killed
-            kept = [k.id for k in c.checkpoints("rider")]
-            assert [k.id for k in confirmed] == kept[-len(confirmed):]
-            for i, saved in enumerate(confirmed):
-                copy = c.restore(f"copy-{i}", checkpoint=saved.id)
-                assert batch_bytes(copy.run()) == expected[saved.batches], saved.id
-                c.delete(f"copy-{i}")
+        _ride(server, image_root, lambda: killed.append(replicated.kill_primary()))
+        assert killed and replicated.wait_promoted(killed[0]) != killed[0]
     finally:
         server.stop()
+
+
+def _promote_most_advanced(replicated: ReplicatedRedis, proxy: FaultProxy) -> None:
+    """What a managed Redis does once its primary died: the replica furthest along becomes
+    the primary, the other follows it, and the primary endpoint (the proxy) moves to it."""
+    replicas: dict[int, Any] = {port: redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+                                for port in replicated.ports[1:]}
+    try:
+        offsets = {port: int(r.info("replication")["slave_repl_offset"])
+                   for port, r in replicas.items()}
+        new = max(offsets, key=lambda port: offsets[port])
+        replicas[new].execute_command("REPLICAOF", "NO", "ONE")
+        for port, r in replicas.items():
+            if port != new:
+                r.execute_command("REPLICAOF", "127.0.0.1", str(new))
+        proxy.target = new
+    finally:
+        for r in replicas.values():
+            r.close()
+
+
+def test_a_trainer_rides_through_a_primary_endpoint_that_moves(
+        image_root: Path, tmp_path: Path) -> None:
+    """A standalone URL naming a primary endpoint that moves to the promoted replica a
+    second after the primary is killed (-9)."""
+    moved = start_replicated(tmp_path / "redis", replicas=2, sentinels=0)
+    proxy = FaultProxy(moved.ports[0])
+    server = _server(image_root, tmp_path, {"url": f"redis://127.0.0.1:{proxy.port}",
+                                            "min_replicas": 1})
+    promotion = threading.Timer(1.0, _promote_most_advanced, (moved, proxy))
+
+    def kill_primary() -> None:
+        moved.procs[moved.ports[0]].kill()
+        moved.procs[moved.ports[0]].wait(10)
+        promotion.start()
+    try:
+        _ride(server, image_root, kill_primary)
+        assert proxy.target != moved.ports[0]  # the checkpoint waited for the promotion
+    finally:
+        promotion.cancel()
+        promotion.join()
+        server.stop()
+        proxy.close()
+        moved.stop()
 
 
 def test_a_take_over_rides_through_a_sentinel_failover(

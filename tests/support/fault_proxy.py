@@ -1,6 +1,9 @@
-"""A TCP proxy on loopback in front of a real S3 server, for fault tests: it answers the
+"""A TCP proxy on loopback in front of a real server, for fault tests: it answers the
 first ``refuse`` connections with ``503 SlowDown`` (as S3 does when it sheds load) and
-closes them, and holds every chunk a client sends for ``delay`` seconds (slow answers)."""
+closes them, and holds every chunk a client sends for ``delay`` seconds (slow answers).
+New connections go to ``target``: setting it moves the endpoint (a managed Redis's
+primary endpoint, moved to the promoted replica); one whose target does not answer is
+closed."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ class FaultProxy:
         self.port = free_ports(1)[0]
         self.refuse = refuse
         self.refused = 0
-        self._target, self._delay = target, delay
+        #: The port new connections are forwarded to.
+        self.target = target
+        self._delay = delay
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -46,7 +51,11 @@ class FaultProxy:
             await writer.drain()
             writer.close()
             return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:  # nothing listens there (a killed server): as it would, refuse
+            writer.close()
+            return
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
                        delay: float) -> None:

@@ -10,6 +10,16 @@ pipeline's call to a lightly loaded live server of the fleet (``placement.py``).
 given server go ``via`` it. The remote pipeline, its fan-in and ``Client.open`` stand on
 this; ``conveyor.Client`` is this with the pipeline calls on top.
 
+**One name per server.** A server names itself by the address it advertises (the fleet's
+records, a pipeline's holder), which need not be the one the trainer reached it at (a
+host name against an IP, a Service's name). Every call's answer says the advertised name
+(``Connection.heard``), and the cluster keeps both: ``reach`` turns a name a server gave
+into the address this client uses for it, ``fleet`` and ``servers`` speak of the servers
+by those addresses (a target the fleet names under another name is asked its name once),
+and ``known_as`` says a server in a message, its advertised name beside it where the two
+differ. So a dead server is never "another" server to fail over to, and a fan-in's
+workers are the addresses the trainer gave.
+
 **At exit.** The clusters still open when the interpreter exits are closed by an ``atexit``
 hook (``close_at_exit``), while gRPC's threads still run. After the hooks Python stops
 every daemon thread where it stands, gRPC's too; one stopped while it held its call's
@@ -49,6 +59,8 @@ from conveyor.transport.credentials import TlsOptions, read_token
 from conveyor.v1 import service_pb2
 
 log = logging.getLogger("conveyor.client")
+#: The longest a target is waited for when asked its advertised name (``fleet``).
+NAME_WAIT_S = 2.0
 
 
 class Closable(Protocol):
@@ -113,6 +125,12 @@ class Cluster:
         #: addresses), and whether they were asked yet.
         self._learnt: tuple[str, ...] = ()
         self._asked_fleet = False
+        #: Each server's advertised name by the address this client reached it at, and the
+        #: other way round (the first address that reached it); the targets asked their
+        #: name once (``fleet``).
+        self._advertised: dict[str, str] = {}
+        self._reached_at: dict[str, str] = {}
+        self._asked_name: set[str] = set()
         self._placement = None if not place else Placement(
             placement_seed if isinstance(placement_seed, random.Random)
             else random.Random(placement_seed))
@@ -136,23 +154,73 @@ class Cluster:
             if conn is None:
                 conn = self._connections[address] = Connection(
                     address, self._metadata, self._keepalive, self.tls, self.targets,
-                    self.data_channel)
+                    self.data_channel, on_name=self._named)
             return conn
 
+    def _named(self, address: str, advertised: str) -> None:
+        with self._lock:
+            self._advertised[address] = advertised
+            self._reached_at.setdefault(advertised, address)
+
+    def reach(self, name: str) -> str:
+        """The address this client uses for the server a server named ``name`` (its
+        advertised address, as in a holder or the fleet's records); ``name`` itself when
+        it is one, or when no call answered from that server yet."""
+        with self._lock:
+            if not name or name in self._advertised:
+                return name
+            return self._reached_at.get(name, name)
+
+    def known_as(self, name: str) -> str:
+        """A server as a message says it: the address this client uses for it, with its
+        advertised name beside it where the two differ."""
+        address = self.reach(name)
+        with self._lock:
+            advertised = self._advertised.get(address, "")
+        if advertised and advertised != address:
+            return f"{address} (advertised as {advertised})"
+        return address
+
     def servers(self) -> list[str]:
-        """Every server this cluster knows: those the targets name now (DNS is asked again
-        each time), then those the fleet's records named when last asked."""
+        """Every server this cluster knows, by the address it uses for each: those the
+        targets name now (DNS is asked again each time), then those the fleet's records
+        named when last asked."""
         named = addresses(self.targets)
-        return named + [a for a in self._learnt if a not in named]
+        learnt = [self.reach(a) for a in self._learnt]
+        return named + [a for a in dict.fromkeys(learnt) if a not in named]
 
     def fleet(self, *, via: str | None = None) -> list[service_pb2.ServerInfo]:
         """The live servers with their capacity and load, as they last published them,
-        asked of ``via`` or the first server that answers; remembered for ``servers``."""
+        asked of ``via`` or the first server that answers; remembered for ``servers``.
+        Each record's ``address`` is the one this client uses for that server
+        (``reach``)."""
         reply = self.call("ListServers", service_pb2.ListServersRequest(), via=via)
         found = list(reply.servers)
         self._asked_fleet = True
         self._learnt = tuple(s.address for s in found if s.address)
+        self._ask_targets_their_names(self._learnt)
+        for server in found:
+            server.address = self.reach(server.address)
         return found
+
+    def _ask_targets_their_names(self, advertised: Sequence[str]) -> None:
+        """Where the fleet names a server no address of this client is known to reach,
+        ask each target whose name is not known yet for it (once, all at once, for at
+        most ``NAME_WAIT_S``): a target that answers under another name is matched."""
+        targets = addresses(self.targets)
+        with self._lock:
+            unmatched = [a for a in advertised
+                         if a not in targets and a not in self._reached_at]
+            asked = [a for a in targets
+                     if a not in self._advertised and a not in self._asked_name]
+            if not unmatched or not asked:
+                return
+            self._asked_name.update(asked)
+        calls = [(conn, conn.ask_name(NAME_WAIT_S))
+                 for conn in map(self.connection, asked)]
+        for conn, call in calls:
+            if call.exception() is None:  # (within the call's own deadline)
+                conn.heard(call)
 
     def learn_fleet(self, *, again: bool = False, avoid: str | None = None) -> None:
         """Ask for the fleet's records if they were never asked (``again``: in any case),
@@ -196,7 +264,8 @@ class Cluster:
                 continue
             self._preferred = address
             return reply
-        say_where_it_failed(failure, self._preferred, others, method)
+        say_where_it_failed(failure, self.known_as(self._preferred),
+                            [self.known_as(a) for a in others], method)
         raise failure
 
     def placed(self, method: str, request: Any) -> tuple[Any, str]:

@@ -150,7 +150,7 @@ def free_name(client: Cluster, name: str, holder: str, *,
     request = service_pb2.DeletePipelineRequest(name=name, keep_checkpoints=keep_checkpoints)
     try:
         if holder:
-            client.call("DeletePipeline", request, via=holder)
+            client.call("DeletePipeline", request, via=client.reach(holder))
             return
     except (errors.Unavailable, errors.NotFound):
         pass

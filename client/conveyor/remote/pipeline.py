@@ -297,7 +297,9 @@ class RemotePipeline:
                 if not self.client.failover or not self._move(exc):
                     if isinstance(exc, errors.Unavailable):
                         say_where_it_failed(
-                            exc, self.via, [a for a in self.client.servers() if a != self.via],
+                            exc, self.client.known_as(self.via),
+                            [self.client.known_as(a) for a in self.client.servers()
+                             if a != self.via],
                             f"pipeline {self.name!r} after {self._consumed} batches",
                             failover=self.client.failover)
                     raise
@@ -306,7 +308,7 @@ class RemotePipeline:
     def _move(self, exc: errors.ConveyorError) -> bool:
         """Put the pipeline where the stream can go on after ``exc``; False if ``exc`` is
         not a reason to move or no server can take it."""
-        holder = exc.metadata.get("holder", "")
+        holder = self.client.reach(exc.metadata.get("holder", ""))
         if isinstance(exc, errors.FailedPrecondition) and holder and holder != self.via:
             if not self._same_job_generation(holder):
                 return False  # a job's rank whose job went on without it: it stays fenced
@@ -358,7 +360,8 @@ class RemotePipeline:
 
     def _moved(self, address: str, why: str) -> None:
         log.warning("conveyor: pipeline %s moved from %s to %s at batch %d: %s", self.name,
-                    self.via, address, self._consumed, why)
+                    self.client.known_as(self.via), self.client.known_as(address),
+                    self._consumed, why)
         self._close_stream()
         self.via = address
         self.failovers += 1

@@ -68,6 +68,10 @@ COMPUTE_BATCHES_PATH = f"/{SERVICE_NAME}/ComputeBatches"
 
 #: Request metadata: ``Bearer TOKEN``, the caller's token.
 AUTHORIZATION_KEY = "authorization"
+#: Initial metadata of every Conveyor call: the address the answering server advertises
+#: (its name in the fleet's records and as a pipeline's holder), so that a client can match
+#: that name to the address it reached the server at.
+SERVER_NAME_KEY = "conveyor-server"
 #: Trailing metadata of a stream ended by a drain: the checkpoint written at the consumer's
 #: acknowledged position, and that position.
 CHECKPOINT_ID_KEY = "conveyor-checkpoint-id"

@@ -32,7 +32,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -45,6 +45,7 @@ from conveyor.transport.channel import (
     CHECKPOINT_BATCHES_KEY,
     CHECKPOINT_ID_KEY,
     COMPUTE_BATCHES_PATH,
+    SERVER_NAME_KEY,
     STREAM_BATCHES_PATH,
     client_keepalive,
     host_port,
@@ -64,11 +65,18 @@ CLOSE_WAIT_S = 5.0
 class Connection:
     def __init__(self, address: str, metadata: Metadata, keepalive: tuple[float, float],
                  tls: TlsOptions | None = None, targets: Sequence[str] = (),
-                 data_channel: bool = True) -> None:
+                 data_channel: bool = True,
+                 on_name: Callable[[str, str], None] | None = None) -> None:
         """``targets``: the client's targets, whose first names the certificate of a
         server reached by IP (see ``credentials.expected_name``). ``data_channel``: ask
-        for batch bytes on a data channel (``data_channel.py``) on batch calls."""
+        for batch bytes on a data channel (``data_channel.py``) on batch calls.
+        ``on_name(address, advertised)``: told the server's advertised name when a call
+        first says it (or says another)."""
         self.address = address
+        #: The address the server advertises (its name in the fleet's records and as a
+        #: pipeline's holder), as its calls say it; "" until one answered.
+        self.advertised = ""
+        self._on_name = on_name
         self._metadata = metadata
         self._dialer = Dialer(address, tls, targets, idle_s=sum(keepalive))
         #: Why the data channel is off for this server ("" while it is on).
@@ -91,10 +99,28 @@ class Connection:
 
     def call(self, method: str, request: Any, timeout: float) -> Any:
         try:
-            return getattr(self._stub, method)(request, timeout=timeout,
-                                               metadata=self._metadata)
+            reply, call = getattr(self._stub, method).with_call(
+                request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
+            self.heard(exc)
             raise error_of(exc) from None
+        self.heard(call)
+        return reply
+
+    def ask_name(self, timeout: float) -> Any:
+        """A call (a future) whose answer says the server's advertised name: pass it to
+        ``heard`` once it is done."""
+        return self._stub.ListServers.future(service_pb2.ListServersRequest(),
+                                             timeout=timeout, metadata=self._metadata)
+
+    def heard(self, call: Any) -> None:
+        """Take the server's advertised name from a call's initial metadata (a call that
+        never reached a server has none)."""
+        for key, value in call.initial_metadata() or ():
+            if key == SERVER_NAME_KEY and isinstance(value, str) and value != self.advertised:
+                self.advertised = value
+                if self._on_name is not None:
+                    self._on_name(self.address, value)
 
     def stream(self, requests: Iterator[service_pb2.StreamBatchesRequest],
                timeout: float | None) -> Any:
@@ -119,6 +145,8 @@ class Connection:
         call must be made again without it. ``attempt``: lets the caller's close abort an
         attach under way (``Unavailable``)."""
         first = next(call, None)
+        if first is not None:
+            self.heard(call)
         offer = parse_offer(first) if first is not None else None
         if offer is None:  # ended, or a server without a data port
             return itertools.chain([first] if first is not None else [], call), None

@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class ConveyorStub:
-    """Missing associated documentation comment in .proto file."""
+    """Every call of an authenticated caller answers with initial metadata
+    `conveyor-server`: the address the answering server advertises (ServerInfo.address,
+    PipelineInfo.holder), so a client can match those names to the address it used.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -97,7 +100,10 @@ class ConveyorStub:
 
 
 class ConveyorServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Every call of an authenticated caller answers with initial metadata
+    `conveyor-server`: the address the answering server advertises (ServerInfo.address,
+    PipelineInfo.holder), so a client can match those names to the address it used.
+    """
 
     def CreatePipeline(self, request, context):
         """Creates a named pipeline on this server and claims the name cluster-wide.
@@ -269,7 +275,10 @@ def add_ConveyorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Conveyor:
-    """Missing associated documentation comment in .proto file."""
+    """Every call of an authenticated caller answers with initial metadata
+    `conveyor-server`: the address the answering server advertises (ServerInfo.address,
+    PipelineInfo.holder), so a client can match those names to the address it used.
+    """
 
     @staticmethod
     def CreatePipeline(request,

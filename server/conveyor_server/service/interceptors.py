@@ -8,7 +8,12 @@
   the request's bytes and parses them only then, so an unauthenticated peer never reaches
   the protobuf parser.
 
-Both leave other services alone: the health service must answer probes without
+- ``ServerName``: sends the server's advertised address as the initial metadata of every
+  call of an identified caller (``SERVER_NAME_KEY``): a client that reached the server at
+  another address (an IP, a Service's name) matches the fleet's records and a pipeline's
+  holder to the address it uses.
+
+All three leave other services alone: the health service must answer probes without
 credentials, and reflection (when switched on) describes the API only.
 """
 
@@ -20,7 +25,7 @@ from typing import Any
 import grpc
 
 from conveyor.errors import ConveyorError
-from conveyor.transport.channel import SERVICE_NAME
+from conveyor.transport.channel import SERVER_NAME_KEY, SERVICE_NAME
 from conveyor_server.service import status
 from conveyor_server.service.identity import Authenticator
 from conveyor_server.service.observer import ServiceObserver
@@ -137,3 +142,30 @@ class Authentication(_PerMethod):
             checked = call
         return method_handler(handler_kind(handler), checked, None,
                               handler.response_serializer)
+
+
+class ServerName(_PerMethod):
+    def __init__(self) -> None:
+        super().__init__()
+        #: The advertised address ("host:port"), known once the server is bound; until
+        #: then (never while it serves) nothing is sent.
+        self.address = ""
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return rewrap(handler, self._named)
+
+    def _named(self, behaviour: Behaviour, streaming: bool) -> Behaviour:
+        def send_name(context: grpc.ServicerContext) -> None:
+            if self.address:
+                context.send_initial_metadata(((SERVER_NAME_KEY, self.address),))
+
+        if streaming:
+            def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                send_name(context)
+                yield from behaviour(request, context)
+            return stream
+
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            send_name(context)
+            return behaviour(request, context)
+        return call

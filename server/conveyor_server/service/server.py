@@ -3,7 +3,8 @@
 ``create_server(address, store, data_roots, observer=...)`` binds (port 0 picks a free
 one; over TLS with ``credentials``, see ``tls.py``) and adds the Conveyor service with its
 interceptors (RPC metrics, then authentication: ``authenticator``, by default the
-loopback-only mode of ``identity.py``), the standard health service and, when
+loopback-only mode of ``identity.py``, then the server's advertised name sent to the
+caller), the standard health service and, when
 ``reflection`` is on, server reflection. It returns the server, its port, the servicer and
 the health servicer. ``serve_health`` serves that health servicer alone on a plaintext
 port, for probes that cannot speak TLS. With spec bounds in ``limits``, the server reads no
@@ -39,7 +40,7 @@ from conveyor_server.engine.stages.source_callables import NONE_REGISTERED, Exte
 from conveyor_server.service.data_port import DataPort, DataPortSettings
 from conveyor_server.service.handlers import ConveyorService
 from conveyor_server.service.identity import Authenticator
-from conveyor_server.service.interceptors import Authentication, RpcMetrics
+from conveyor_server.service.interceptors import Authentication, RpcMetrics, ServerName
 from conveyor_server.service.kill_points import NO_KILL_POINTS, KillPoints
 from conveyor_server.service.observer import ServiceObserver
 from conveyor_server.service.registration import service_handler
@@ -68,8 +69,9 @@ def create_server(
                          "files (certificates), or it would serve batches in plaintext")
     slots = StreamSlots(max_streams, first_message_s)
     authenticator = authenticator or Authenticator()
+    name = ServerName()
     interceptors: list[grpc.ServerInterceptor] = [RpcMetrics(observer),
-                                                  Authentication(authenticator)]
+                                                  Authentication(authenticator), name]
     server = grpc.server(
         # Streams hold a thread each: the pool keeps threads beyond the stream cap, so
         # unary RPCs and health checks are never starved by streams.
@@ -96,6 +98,7 @@ def create_server(
                               limits=limits, behaviour=behaviour,
                               worker_threads=worker_threads, kill_points=kill_points,
                               external_sources=external_sources, objects=objects)
+    name.address = service.address
     service.access.authenticator = authenticator
     if data_port is not None:
         port_of_data = DataPort(data_port, certificates)
