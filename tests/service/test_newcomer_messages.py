@@ -4,6 +4,7 @@ answer when a server starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,11 +52,18 @@ def test_a_server_that_is_down_is_asked_about_in_the_users_words(image_root: Pat
 
 
 def test_a_redis_that_does_not_answer_at_start_says_what_to_check(tmp_path: Path) -> None:
+    """It says at once that it tries again (a failover may be under way), and what to
+    check once the window ran out (1 s here, 15 s by default)."""
     done = subprocess.run(
         [sys.executable, "-m", "conveyor_server.app.main", "--host", "127.0.0.1", "--port",
          "0", "--redis-url", "redis://127.0.0.1:1/0", "--data-root", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "CONVEYOR_REDIS_FAILOVER_S": "1"})
     assert done.returncode == 2, done.stderr
+    assert ("Redis at redis://127.0.0.1:1/0 failed ping (ConnectionError: "
+            in done.stderr), done.stderr
+    assert "trying again as the primary changes, for up to 1.0 s (redis.failover_s)" \
+        in done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("conveyor-server: Redis at redis://127.0.0.1:1/0 is unreachable "
                             "(ping)"), error
