@@ -31,6 +31,8 @@ class Counted:
         self.bytes_fetched = 0
         self.lookups: Counter[bool] = Counter()
         self.retries = 0
+        #: Reads by a pipeline's workers, by whether their request was made ahead.
+        self.taken: Counter[bool] = Counter()
 
     def request(self, kind: str, seconds: float, ok: bool) -> None:
         self.requests[kind] += 1
@@ -43,6 +45,9 @@ class Counted:
 
     def cached(self, hit: bool) -> None:
         self.lookups[hit] += 1
+
+    def took(self, ahead: bool) -> None:
+        self.taken[ahead] += 1
 
 
 @pytest.fixture(scope="module")

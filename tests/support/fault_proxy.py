@@ -1,14 +1,16 @@
 """A TCP proxy on loopback in front of a real server, for fault tests: it answers the
 first ``refuse`` connections with ``503 SlowDown`` (as S3 does when it sheds load) and
-closes them, and holds every chunk a client sends for ``delay`` seconds (slow answers).
-New connections go to ``target``: setting it moves the endpoint (a managed Redis's
-primary endpoint, moved to the promoted replica); one whose target does not answer is
-closed."""
+closes them, and holds every chunk a client sends for ``delay`` seconds (slow answers),
+and between ``hold()`` and ``release()`` until released (requests made and not answered,
+for as long as a test needs). New connections go to ``target``: setting it
+moves the endpoint (a managed Redis's primary endpoint, moved to the promoted replica);
+one whose target does not answer is closed."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 from tests.support.seaweed import free_ports
 
@@ -37,11 +39,27 @@ class FaultProxy:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._open = asyncio.Event()
+        self._open.set()
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._serve, "127.0.0.1", self.port))
         self._started.set()
         self._loop.run_forever()
         self._loop.close()
+
+    def hold(self) -> None:
+        """Hold what clients send from now on (on open connections too), until
+        ``release()``."""
+        self._on_loop(self._open.clear)
+
+    def release(self) -> None:
+        """Let what was held, and what comes, through."""
+        self._on_loop(self._open.set)
+
+    def _on_loop(self, call: Callable[[], None]) -> None:
+        async def run() -> None:
+            call()
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(5)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refused < self.refuse:
@@ -58,9 +76,11 @@ class FaultProxy:
             return
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                       delay: float) -> None:
+                       delay: float, gated: bool) -> None:
             try:
                 while chunk := await src.read(1 << 16):
+                    if gated:
+                        await self._open.wait()
                     if delay:
                         await asyncio.sleep(delay)
                     dst.write(chunk)
@@ -69,7 +89,8 @@ class FaultProxy:
                 pass
             finally:
                 dst.close()
-        await asyncio.gather(pipe(reader, up_writer, self._delay), pipe(up_reader, writer, 0.0))
+        await asyncio.gather(pipe(reader, up_writer, self._delay, True),
+                             pipe(up_reader, writer, 0.0, False))
 
     def close(self) -> None:
         async def stop() -> None:

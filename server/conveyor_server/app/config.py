@@ -182,7 +182,8 @@ class ObjectStorageConfig:
     max_retries: int = field(default=6, metadata={"min": 0, "max": 100})
     #: Seconds one request may take before it is retried.
     request_timeout_s: float = field(default=30.0, metadata={"min": 0.1})
-    #: Objects (and bytes) each pipeline fetches ahead of its reads, at most.
+    #: Objects and byte ranges of objects (and their bytes) each pipeline fetches ahead of
+    #: its reads, at most.
     fetch_ahead_objects: int = field(default=256, metadata={"min": 0, "max": 1 << 20})
     fetch_ahead_bytes: int = field(default=256 << 20, metadata={"min": 0})
     #: Objects one reader's listing may hold.

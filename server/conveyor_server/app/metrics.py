@@ -81,6 +81,11 @@ class ObjectStorageMetrics:
             "conveyor_object_cache_lookups",
             "Whole-object reads looked up in the node cache, by result (hit, miss).",
             ["result"], registry=r)
+        self.fetch_ahead = Counter(
+            "conveyor_object_fetch_ahead_reads",
+            "Reads of objects (whole or a byte range) by the pipelines' workers, by result: "
+            "hit (requested ahead, as its batch started), miss (requested when read).",
+            ["result"], registry=r)
 
     def request(self, kind: str, seconds: float, ok: bool) -> None:
         self.requests.labels(kind, "ok" if ok else "failed").inc()
@@ -94,6 +99,9 @@ class ObjectStorageMetrics:
 
     def cached(self, hit: bool) -> None:
         self.cache.labels("hit" if hit else "miss").inc()
+
+    def took(self, ahead: bool) -> None:
+        self.fetch_ahead.labels("hit" if ahead else "miss").inc()
 
 
 class Metrics:

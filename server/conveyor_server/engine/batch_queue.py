@@ -13,8 +13,8 @@ A GPU pipeline's batches are copied into its output ring as each is computed, be
 is asked for (``staging.py``); the batch handed out holds views of its slot.
 
 A batch that fails, or whose outputs break the limits, is raised when it is asked for;
-the queue then drops the work computed ahead and puts the stages back at the returned
-position, so the next call computes that batch again.
+the queue then drops the work computed ahead (and what was fetched ahead for it) and puts
+the stages back at the returned position, so the next call computes that batch again.
 """
 
 from __future__ import annotations
@@ -140,10 +140,13 @@ class BatchQueue:
         self.produced += 1
 
     def _drop(self) -> None:
-        """Cancel the work computed ahead and give back its ring slots."""
+        """Cancel the work computed ahead, drop what its readers fetched ahead for it (the
+        objects and byte ranges of ``data/fetch_ahead.py``) and give back its ring slots."""
         for pending in self._inflight:
             pending.cancel()
         self._inflight.clear()
+        for binding in self._plan.readers.values():
+            binding.files.forget_ahead()
         self._epochs.drop()
         if self.staging is not None:
             self.staging.drop()

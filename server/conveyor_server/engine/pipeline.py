@@ -249,10 +249,9 @@ class Pipeline:
 
     def seek(self, batches: int) -> None:
         """Continue from the position after ``batches`` batches (at or after this pipeline's
-        start), dropping prefetched work. O(1): the stages jump to the computed states."""
+        start), dropping prefetched work and what was fetched ahead for it. O(1): the
+        stages jump to the computed states."""
         self._queue.seek(batches)
-        for binding in self._plan.readers.values():
-            binding.files.forget_ahead()
 
     # -- state ---------------------------------------------------------------------------
 

@@ -64,8 +64,8 @@ class ReaderBinding:
     #: Reads a sample's outputs by index (``engine/readers/``); None for ``readers.file``,
     #: whose samples are its entries' bytes and labels.
     source: SampleSource | None = None
-    #: Whether its entries are objects in object storage, fetched ahead as a batch starts
-    #: (``readers.file``); decided once, at build.
+    #: Whether it reads objects in object storage (``readers.file``'s entries, or what its
+    #: source reads), fetched ahead as a batch starts; decided once, at build.
     reads_objects: bool = False
 
 
@@ -223,10 +223,7 @@ def build_plan(spec: pipeline_pb2.PipelineSpec,
             entries = list(parts.entries)
             plan.readers[index] = ReaderBinding(
                 parts.stage, entries, op.name, digest, parts.identity, files,
-                args["on_error"], parts.source,
-                # (A file reader lists objects or files, never both: its first tells.)
-                reads_objects=parts.source is None and bool(entries)
-                and files.object_of(entries[0]) is not None)
+                args["on_error"], parts.source, parts.reads_objects)
             plan.stages.append(parts.stage)
             for out in range(op.num_outputs):
                 plan.layouts[(index, out)] = ""

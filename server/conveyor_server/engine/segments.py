@@ -83,11 +83,15 @@ class SegmentRunner:
     def start(self, sources: SourceValues, batch_index: int, pool: Executor,
               threads: int) -> BatchWork[SampleState]:
         """Start computing the batch ``batch_index`` from its source values (and fetching
-        the objects ``readers.file`` reads for it, batches being started in order)."""
+        the objects and byte ranges its readers will read, batches being started in
+        order)."""
         for op, values in sources:
             binding = self._plan.readers.get(op)
             if binding is not None and binding.reads_objects:
-                binding.files.fetch_ahead([binding.entries[i] for i in values])
+                if binding.source is None:
+                    binding.files.fetch_ahead([binding.entries[i] for i in values])
+                else:
+                    binding.source.fetch_ahead(values)
         size = self._plan.spec.batch_size
         first = batch_index * size
         states = [SampleState({(op, 0): values[i] for op, values in sources}

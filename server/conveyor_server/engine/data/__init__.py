@@ -7,8 +7,9 @@ entry at a time (``file_list.py``), the data set's identity digested into checkp
 on a refused restore (``listings.py``). Object storage (``s3://``): its URLs and roots
 (``object_urls.py``), the clients that list and read it (``object_store.py``, obstore),
 their failures as errors (``object_errors.py``), a file list of objects
-(``object_list.py``), objects fetched ahead of the reads (``fetch_ahead.py``) and the
-server's disk cache of objects its pipelines share (``node_cache.py``).
+(``object_list.py``), objects and byte ranges fetched ahead of the reads
+(``fetch_ahead.py``) and the server's disk cache of objects its pipelines share
+(``node_cache.py``).
 
 Imports: ``admission`` (the file size limit).
 """

@@ -10,7 +10,9 @@ root (``<root 0>/cats/a.jpg``); the absolute path goes to the server's log only.
 
 An object (``s3://``) is read whole, only if its ETag (and version) is still the listed one
 and its size within the limit; it is fetched ahead of the read when its batch starts
-(``fetch_ahead.py``), and a failure is a ``DataFileError`` naming its bucket and key.
+(``fetch_ahead.py``), and a failure is a ``DataFileError`` naming its bucket and key. The
+pipeline's one ``FetchAhead`` is held here (``ahead``): the other readers' objects and
+byte ranges are fetched ahead through it too (``readers/data_paths.py``), under one bound.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 from conveyor.errors import DataFileError, ResourceExhausted
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.data.entries import FileEntry
-from conveyor_server.engine.data.fetch_ahead import FetchAhead
+from conveyor_server.engine.data.fetch_ahead import FetchAhead, Wanted
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
 from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
 from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
@@ -75,7 +77,10 @@ class DataFiles:
         if self._own_objects is not None:
             self._own_objects.close()
 
-    def _fetch_ahead(self) -> FetchAhead:
+    @property
+    def ahead(self) -> FetchAhead:
+        """What the pipeline's readers fetch ahead of their reads (one per pipeline, made on
+        first use)."""
         if self._ahead is None:
             s = self.objects.settings
             self._ahead = FetchAhead(self.objects, s.fetch_ahead_objects, s.fetch_ahead_bytes)
@@ -90,26 +95,29 @@ class DataFiles:
 
     def fetch_ahead(self, entries: list[FileEntry]) -> None:
         """Start fetching the objects among ``entries`` (the order they will be read in)."""
-        wanted = []
+        wanted: list[Wanted] = []
         for entry in entries:
             url = self.object_of(entry)
             if url is not None:
                 wanted.append((url, ObjectInfo(entry.relative, entry.size, entry.etag,
-                                               entry.version)))
+                                               entry.version), None))
         if wanted:
-            self._fetch_ahead().want(wanted)
+            self.ahead.want(wanted)
 
     def forget_ahead(self) -> None:
-        """Drop the objects fetched ahead (the pipeline reads elsewhere now)."""
+        """Drop what was fetched ahead, for every reader of the pipeline (it reads
+        elsewhere now)."""
         if self._ahead is not None:
             self._ahead.clear()
 
-    def _read_object(self, entry: FileEntry, url: ObjectUrl) -> np.ndarray:
+    def _read_object(self, entry: FileEntry, url: ObjectUrl, ahead: bool = True) -> np.ndarray:
+        """``ahead``: a sample's read, taken from what was fetched ahead; else (a data
+        set's hash when the pipeline is built) fetched now."""
         name = self.name(entry)
         self.limits.check_file(entry.size, name)
         info = ObjectInfo(entry.relative, entry.size, entry.etag, entry.version)
         try:
-            data = self._fetch_ahead().take(url, info)
+            data = self.ahead.take(url, info) if ahead else self.objects.get(url, info)
         except ObjectStoreFailure as failure:
             raise read_error(failure, OP, name) from None
         if len(data) != entry.size:
@@ -190,7 +198,7 @@ class DataFiles:
         """The SHA-256 of the entry's contents (a data set's identity), opened as a read
         opens it."""
         if (url := self.object_of(entry)) is not None:
-            return hashlib.sha256(self._read_object(entry, url).data).hexdigest()
+            return hashlib.sha256(self._read_object(entry, url, ahead=False).data).hexdigest()
         return sha256_of(self.open(entry), OP, self.name(entry))
 
 

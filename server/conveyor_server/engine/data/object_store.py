@@ -68,7 +68,8 @@ class ObjectStoreSettings:
     connect_timeout_s: float = 5.0
     #: Objects one listing may hold (a bound on what a spec can make the server allocate).
     max_listed_objects: int = 10_000_000
-    #: Objects each pipeline fetches ahead of its reads, at most (count and bytes).
+    #: Objects (and byte ranges of objects) each pipeline fetches ahead of its reads, at
+    #: most (count and bytes).
     fetch_ahead_objects: int = 256
     fetch_ahead_bytes: int = 256 << 20
     #: The node cache's folder ("" for none) and its bound in bytes (``node_cache.py``).
@@ -88,6 +89,11 @@ class ObjectStoreObserver(Protocol):
 
     def cached(self, hit: bool) -> None: ...
 
+    def took(self, ahead: bool) -> None:
+        """A pipeline's worker took an object's (or a range's) bytes: requested ahead of
+        the read (``fetch_ahead.py``), or when read."""
+        ...
+
 
 class _Unobserved:
     def request(self, kind: str, seconds: float, ok: bool) -> None:
@@ -100,6 +106,9 @@ class _Unobserved:
         pass
 
     def cached(self, hit: bool) -> None:
+        pass
+
+    def took(self, ahead: bool) -> None:
         pass
 
 

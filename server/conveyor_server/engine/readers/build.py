@@ -5,8 +5,12 @@ Every reader is three things: the file reader's stage over its samples (the orde
 function of seed, epoch and shard settings), a ``SampleSource`` that reads one sample's
 outputs by index on the worker threads (none for ``readers.file``, whose samples are its
 entries' bytes and labels), and the identity of its data set that every checkpoint
-digests. A reader's module registers its builder (``@register_reader("readers.numpy")``);
-``engine/catalog.py`` imports them all, and the plan binds every reader alike.
+digests. A reader whose data is in object storage says so when it is built
+(``reads_objects``): as each batch starts, its source is asked to fetch ahead what the
+batch's samples will read (``SampleSource.fetch_ahead``); a reader of local files is not
+asked, so its batches cost nothing more. A reader's module registers its builder
+(``@register_reader("readers.numpy")``); ``engine/catalog.py`` imports them all, and the
+plan binds every reader alike.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ class SampleSource(Protocol):
     def read(self, index: int) -> list[np.ndarray]:
         """The sample's outputs, one per output of the reader; DataFileError naming the
         file when it cannot be read (the reader's ``on_error`` applies)."""
+        ...
+
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Start fetching what reading these samples needs (the objects, or byte ranges of
+        objects, in the order they will be read), through the pipeline's one
+        ``FetchAhead`` (``ReaderPaths.fetch_ahead``); their reads then take the bytes.
+        Called as each batch starts, only for a reader that ``reads_objects``."""
         ...
 
 
@@ -66,6 +77,10 @@ class Reader:
     count: int
     #: ``readers.file``'s entries (empty for the others).
     entries: Sequence[FileEntry] = ()
+    #: Whether it reads objects in object storage (``readers.file``'s entries, or what
+    #: ``source`` reads), fetched ahead as each batch starts; decided once, when the
+    #: reader is built.
+    reads_objects: bool = False
 
 
 ReaderBuilder = Callable[[ReaderRequest], Reader]

@@ -25,7 +25,7 @@ a parsed message holds at most a small multiple of that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,9 @@ class LmdbSource:
 
     def where(self, index: int) -> str:
         return self._records.where(index)
+
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Nothing to fetch: an LMDB database is a local file, memory-mapped."""
 
     def read(self, index: int) -> list[np.ndarray]:
         try:

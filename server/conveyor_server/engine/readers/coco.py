@@ -22,13 +22,15 @@ polygon walk it needs).
 The annotations are kept in flat numpy arrays (boxes, labels, vertices, polygon rows) with
 each image's offsets (``coco_index.py``), so reading a sample is reading its image file (bounded by
 ``limits.max_file_bytes``) and slicing; the identity digests the document (its path, size
-and stamp, and the digest of what was derived from it) and every image file.
+and stamp, and the digest of what was derived from it) and every image file. Images in
+object storage are read whole, fetched ahead as their batch starts (``data/fetch_ahead.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +61,7 @@ def _load_document(paths: ReaderPaths, located: Located, limits: EngineLimits) -
                                 f"above the server's limit limits.max_file_bytes = {limit:,}; "
                                 "it was not read")
     try:
-        with paths.open_binary(located, "annotations file") as f:
+        with paths.open_binary(located, "annotations file", ahead=False) as f:
             data = f.read(located.size + 1)
     except OSError as exc:
         raise DataFileError(f"{OP}: cannot read annotations file {name!r}: "
@@ -84,6 +86,13 @@ class CocoSource:
 
     def where(self, index: int) -> str:
         return self._paths.name_of(self._images[index])
+
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Start fetching these samples' images (whole objects) from object storage; an
+        image above the limit is not fetched (its read refuses it)."""
+        limit = self._limits.max_file_bytes
+        self._paths.fetch_ahead((item, None) for item in (self._images[i] for i in indices)
+                                if limit is None or item.size <= limit)
 
     def read(self, index: int) -> list[np.ndarray]:
         located = self._images[index]
@@ -112,7 +121,7 @@ class CocoSource:
 @register_reader(OP)
 def build_coco_reader(request: ReaderRequest) -> Reader:
     args = request.args
-    paths = ReaderPaths(OP, request.roots, request.files.objects)
+    paths = ReaderPaths(OP, request.roots, request.files)
     for argument in ("file_root", "annotations_file"):
         if not args[argument]:
             raise SpecError(OP, argument, "is required")
@@ -137,7 +146,8 @@ def build_coco_reader(request: ReaderRequest) -> Reader:
                               derived=[index.digest()] + [""] * len(images), kind="file",
                               derived_name="annotations")
     return Reader(reader_stage(request, len(images), "images"),
-                  CocoSource(index, images, paths, request.limits), identity, identity.count)
+                  CocoSource(index, images, paths, request.limits), identity, identity.count,
+                  reads_objects=any(paths.is_object(image) for image in images))
 
 
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------

@@ -8,11 +8,15 @@ symlink swapped in since is refused rather than followed out of the root. Messag
 file ``<root N>/relative/path``, never the root. Without data roots (a pipeline in the
 trainer's own process) files are opened and named as given.
 
-A reader given the server's object storage clients (``objects``) reads ``s3://`` files as
-well: each is looked up (``HEAD``: size, ETag, version) when the pipeline is built, checked
-against the object roots, and read whole or by byte range, only while its ETag is the
-listed one. A reader without them (an LMDB database is memory-mapped) refuses an object
-storage URL, naming the argument.
+A reader given the pipeline's ``DataFiles`` (``files``: its object storage clients and
+what it fetches ahead) reads ``s3://`` files as well: each is looked up (``HEAD``: size,
+ETag, version) when the pipeline is built, checked against the object roots, and read
+whole or by byte range, only while its ETag is the listed one. A sample's reads are
+fetched ahead: as its batch starts, the reader names the objects and ranges the batch will
+read (``fetch_ahead``), their requests start at once, and the worker's read takes the
+bytes (``data/fetch_ahead.py``: one per pipeline, shared with ``readers.file``, bounded
+once). A reader without them (an LMDB database is memory-mapped) refuses an object storage
+URL, naming the argument.
 """
 
 from __future__ import annotations
@@ -21,15 +25,17 @@ import io
 import logging
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from conveyor.errors import DataFileError, InvalidArgument, NotSupported
+from conveyor_server.engine.data.fetch_ahead import ByteRange, Wanted
 from conveyor_server.engine.data.file_list import unfit_name
+from conveyor_server.engine.data.files import DataFiles
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
 from conveyor_server.engine.data.object_file import open_object
 from conveyor_server.engine.data.object_list import ObjectPlaces
-from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
+from conveyor_server.engine.data.object_store import ObjectInfo
 from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
 from conveyor_server.engine.data.roots import (
     DataRoots,
@@ -66,17 +72,24 @@ class Located:
         return f"etag {self.etag}" + (f" version {self.version}" if self.version else "")
 
 
+def _info(item: Located) -> ObjectInfo:
+    """An object as listed."""
+    return ObjectInfo(item.relative, item.size, item.etag, item.version)
+
+
 class ReaderPaths:
     """One reader's view of the data roots. Each folder's real path is resolved once, so
     locating a file costs one ``lstat`` (and a full resolution only for a symlink)."""
 
     def __init__(self, op: str, roots: DataRoots | None,
-                 objects: ObjectStores | None = None) -> None:
+                 files: DataFiles | None = None) -> None:
         self.op = op
         self.roots = roots
         self._real_paths = RealPaths()
-        #: The object storage clients, for a reader that reads objects (None: local only).
-        self._places = ObjectPlaces(op, roots, objects) if objects is not None else None
+        #: The pipeline's files, for a reader that reads objects (None: local only): its
+        #: object storage clients and what it fetches ahead.
+        self._files = files
+        self._places = ObjectPlaces(op, roots, files.objects) if files is not None else None
 
     def name(self, path: str) -> str:
         """A path as messages name it."""
@@ -190,18 +203,41 @@ class ReaderPaths:
                                                   info.etag, info.version)))
         return out
 
-    def open_binary(self, item: Located, what: str = "") -> io.BufferedIOBase:
+    def fetch_ahead(self, wanted: Iterable[tuple[Located, ByteRange]]) -> None:
+        """Start fetching these listed files' bytes (whole: None; else [start, end)), in the
+        order the workers will read them; local files are left to be read."""
+        requests: list[Wanted] = []
+        for item, byte_range in wanted:
+            url = self._object(item)
+            if url is not None:
+                requests.append((url, _info(item), byte_range))
+        if requests:
+            assert self._files is not None
+            self._files.ahead.want(requests)
+
+    def _object_bytes(self, item: Located, url: ObjectUrl, byte_range: ByteRange,
+                      ahead: bool) -> bytes:
+        """An object's bytes (only while it is the listed one): a sample's read takes them
+        from what was fetched ahead (``ahead``), a read when the pipeline is built fetches
+        them now; DataFileError naming it if they cannot be read."""
+        assert self._files is not None
+        info = _info(item)
+        try:
+            if ahead:
+                return self._files.ahead.take(url, info, byte_range)
+            return self._files.objects.get(url, info, byte_range)
+        except ObjectStoreFailure as failure:
+            raise read_error(failure, self.op, self.name_of(item)) from None
+
+    def open_binary(self, item: Located, what: str = "", *,
+                    ahead: bool = True) -> io.BufferedIOBase:
         """The listed file to read from its start: a local file opened beneath its root, an
         object fetched whole (only while it is the listed one; from the node cache where
-        it holds it)."""
+        it holds it). ``ahead``: a sample's read, which takes an object fetched ahead;
+        False for a read when the pipeline is built (an annotations file)."""
         url = self._object(item)
         if url is not None:  # whole: through the node cache where the server has one
-            assert self._places is not None
-            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
-            try:
-                return io.BytesIO(self._places.objects.get(url, info))
-            except ObjectStoreFailure as failure:
-                raise read_error(failure, self.op, self.name_of(item)) from None
+            return io.BytesIO(self._object_bytes(item, url, None, ahead))
         return os.fdopen(self.open(item, what), "rb")
 
     def open_ranges(self, item: Located, what: str = "") -> io.BufferedIOBase:
@@ -210,8 +246,7 @@ class ReaderPaths:
         url = self._object(item)
         if url is not None:
             assert self._places is not None
-            return open_object(self._places.objects, url,
-                               ObjectInfo(item.relative, item.size, item.etag, item.version))
+            return open_object(self._places.objects, url, _info(item))
         return os.fdopen(self.open(item, what), "rb")
 
     def is_object(self, item: Located) -> bool:
@@ -223,18 +258,16 @@ class ReaderPaths:
         root = self.roots.object_root(item.root) if self.roots is not None else None
         return root.below(item.relative) if root is not None else parse_object_url(item.path)
 
-    def read_range(self, item: Located, offset: int, length: int, what: str = "") -> bytes:
+    def read_range(self, item: Located, offset: int, length: int, what: str = "", *,
+                   ahead: bool = True) -> bytes:
         """Up to ``length`` bytes of the listed file from ``offset`` (fewer only at its
         end); DataFileError naming it if it cannot be read (an object: also if it is no
-        longer the listed one)."""
+        longer the listed one). ``ahead``: a sample's read, which takes the range fetched
+        ahead (``fetch_ahead`` with the same [offset, offset + length)); False for a read
+        when the pipeline is built (a data set's hash)."""
         url = self._object(item)
         if url is not None:
-            assert self._places is not None
-            info = ObjectInfo(item.relative, item.size, item.etag, item.version)
-            try:
-                return self._places.objects.get(url, info, (offset, offset + length))
-            except ObjectStoreFailure as failure:
-                raise read_error(failure, self.op, self.name_of(item)) from None
+            return self._object_bytes(item, url, (offset, offset + length), ahead)
         fd = self.open(item, what)
         try:
             return os.pread(fd, length, offset)

@@ -27,7 +27,10 @@ def build_file_reader(request: ReaderRequest) -> Reader:
     entries = file_list.resolve(request.args, request.roots, request.files.objects)
     return Reader(reader_stage(request, len(entries)), None,
                   DataIdentity(entries, request.args["verify"], request.files), len(entries),
-                  entries)
+                  entries,
+                  # (It lists objects or files, never both: its first entry tells.)
+                  reads_objects=bool(entries)
+                  and request.files.object_of(entries[0]) is not None)
 
 
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------

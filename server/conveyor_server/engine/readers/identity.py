@@ -24,7 +24,7 @@ VERIFY_CONTENT = "content"
 
 def _content_sha256(paths: ReaderPaths, item: Located) -> str:
     if item.etag:  # an object: read whole
-        return hashlib.sha256(paths.read_range(item, 0, item.size)).hexdigest()
+        return hashlib.sha256(paths.read_range(item, 0, item.size, ahead=False)).hexdigest()
     return sha256_of(paths.open(item), paths.op, paths.name_of(item))
 
 

@@ -13,7 +13,8 @@ opening its file beneath its root, parsing its header (``npy_format.py``: no pic
 reading its data into an array of the file's dtype and shape; a file whose size changed
 since the listing, or whose header does not fit its size, is DATA_LOSS naming it
 (``<root N>/...``), and a file above ``limits.max_file_bytes`` or an array above
-``limits.max_batch_bytes`` is RESOURCE_EXHAUSTED before its data is allocated.
+``limits.max_batch_bytes`` is RESOURCE_EXHAUSTED before its data is allocated. A file in
+object storage is read whole, fetched ahead as its batch starts (``data/fetch_ahead.py``).
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ class NumpySource:
     def where(self, index: int) -> str:
         return self._paths.name_of(self._files[index])
 
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Start fetching these samples' files (whole objects) from object storage; a file
+        above the limit is not fetched (its read refuses it)."""
+        limit = self._limits.max_file_bytes
+        self._paths.fetch_ahead((item, None) for item in (self._files[i] for i in indices)
+                                if limit is None or item.size <= limit)
+
     def read(self, index: int) -> list[np.ndarray]:
         item = self._files[index]
         name = self._paths.name_of(item)
@@ -151,11 +159,12 @@ class NumpySource:
 
 @register_reader(OP)
 def build_numpy_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots, request.files.objects)
+    paths = ReaderPaths(OP, request.roots, request.files)
     files = list_files(request.args, paths)
     identity = ReaderIdentity(paths, files, request.args["verify"])
     return Reader(reader_stage(request, len(files)),
-                  NumpySource(files, paths, request.limits), identity, identity.count)
+                  NumpySource(files, paths, request.limits), identity, identity.count,
+                  reads_objects=any(paths.is_object(f) for f in files))
 
 
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------

@@ -8,10 +8,11 @@ split that one sequence, as DALI's loader does. The indexes are read when the pi
 built (each record's place checked against its file's size) and their digest joins each
 file's identity, so a restore over a file whose records moved is refused naming it.
 
-At run time a record is read by offset (one ``pread``), its framing checked before its data
-is trusted: the size the index gives against ``limits.max_file_bytes`` (records are the data
-set's files) before anything is read, then the length the record declares against the
-index's, and the masked CRC-32C of the length and of the data. The data is parsed with
+At run time a record is read by offset (one ``pread``; in object storage one ranged GET,
+fetched ahead as its batch starts: ``data/fetch_ahead.py``), its framing checked before its
+data is trusted: the size the index gives against ``limits.max_file_bytes`` (records are
+the data set's files) before anything is read, then the length the record declares
+against the index's, and the masked CRC-32C of the length and of the data. The data is parsed with
 TensorFlow's published ``Example`` message (``formats/example_pb2``, not TensorFlow).
 
 Each feature of ``features`` (``conveyor.definition.tfrecord``) is one output: an int64 or float32
@@ -221,12 +222,30 @@ class TfrecordSource:
         located = self._index.files[self._index.file_of[index]]
         return f"{self._paths.name_of(located)}@{int(self._index.offsets[index])}"
 
+    def _record(self, index: int) -> tuple[Located, int, int]:
+        """The record's file, offset and size (framing included)."""
+        return (self._index.files[self._index.file_of[index]], int(self._index.offsets[index]),
+                int(self._index.sizes[index]))
+
+    def _over_limit(self, size: int) -> bool:
+        limit = self._limits.max_file_bytes
+        return limit is not None and size - MIN_RECORD_BYTES > limit
+
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Start fetching these records (one byte range each) from object storage; a
+        record above the limit is not fetched (its read refuses it)."""
+        wanted = []
+        for index in indices:
+            located, offset, size = self._record(index)
+            if not self._over_limit(size):
+                wanted.append((located, (offset, offset + size)))
+        self._paths.fetch_ahead(wanted)
+
     def read(self, index: int) -> list[np.ndarray]:
-        located = self._index.files[self._index.file_of[index]]
-        offset, size = int(self._index.offsets[index]), int(self._index.sizes[index])
+        located, offset, size = self._record(index)
         data_bytes = size - MIN_RECORD_BYTES
         limit = self._limits.max_file_bytes
-        if limit is not None and data_bytes > limit:
+        if self._over_limit(size):
             raise ResourceExhausted(
                 f"{OP}: record {self.where(index)!r} holds {data_bytes:,} bytes, above the "
                 f"server's limit limits.max_file_bytes = {limit:,}; it was not read")
@@ -264,7 +283,7 @@ def features_of(args: Mapping[str, Any]) -> list[tuple[str, Feature]]:
 
 @register_reader(OP)
 def build_tfrecord_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots, request.files.objects)
+    paths = ReaderPaths(OP, request.roots, request.files)
     parse = FeatureParser(features_of(request.args), request.limits)
     index = TfrecordIndex(request.args, paths)
     identity = ReaderIdentity(paths, index.files, request.args["verify"],
@@ -272,7 +291,8 @@ def build_tfrecord_reader(request: ReaderRequest) -> Reader:
                               derived_name="record index")
     return Reader(reader_stage(request, index.count, "records"),
                   TfrecordSource(index, paths, parse, request.limits), identity,
-                  identity.count)
+                  identity.count,
+                  reads_objects=any(paths.is_object(f) for f in index.files))
 
 
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------

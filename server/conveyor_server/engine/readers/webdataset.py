@@ -20,7 +20,9 @@ The listing keeps, per sample, its shard and each output's offset and size (nump
 16 bytes per output), and its key for messages; each shard's identity holds its member
 index's digest, so a restore over a shard whose members moved is refused naming it.
 Shards are opened beneath their data root, as every data file is (``data_paths.py``); a
-member above ``limits.max_file_bytes`` (members are the data set's files) or a sample
+sample of a shard in object storage is one ranged GET, from its first member to the end of
+its last (adjacent in the tar), fetched ahead as its batch starts (``data/fetch_ahead.py``).
+A member above ``limits.max_file_bytes`` (members are the data set's files) or a sample
 above ``limits.max_batch_bytes`` is RESOURCE_EXHAUSTED before it is read.
 """
 
@@ -30,7 +32,7 @@ import io
 import os
 import tarfile
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,6 +211,21 @@ class WebdatasetSource:
                     f"bytes, above the server's limit limits.{key} = {limit:,}; it was not "
                     "read")
 
+    def fetch_ahead(self, indices: Sequence[int]) -> None:
+        """Start fetching these samples (one byte range each: its members) from object
+        storage; a sample above a limit is not fetched (its read refuses it)."""
+        wanted: list[tuple[Located, tuple[int, int] | None]] = []
+        for index in indices:
+            shard = self._index.shards[self._index.shard_of[index]]
+            spans = self._index.spans[index].tolist()
+            try:
+                self._check(index, spans)
+            except ResourceExhausted:
+                continue
+            if (found := _extent(spans)) is not None:
+                wanted.append((shard, found))
+        self._paths.fetch_ahead(wanted)
+
     def read(self, index: int) -> list[np.ndarray]:
         shard = self._index.shards[self._index.shard_of[index]]
         spans = self._index.spans[index].tolist()
@@ -234,11 +251,11 @@ class WebdatasetSource:
     def _read_object(self, shard: Located, spans: list[tuple[int, int]],
                      index: int) -> list[np.ndarray]:
         """A sample of a shard in object storage: its members (adjacent in the tar) in
-        one ranged GET, from the first to the end of the last."""
-        present = [(o, n) for o, n in spans if o >= 0]
-        start = min((o for o, _ in present), default=0)
-        end = max((o + n for o, n in present), default=0)
-        data = self._paths.read_range(shard, start, end - start, "shard") if present else b""
+        one ranged GET, from the first to the end of the last (fetched ahead as its batch
+        started: ``fetch_ahead``)."""
+        found = _extent(spans)
+        start, end = found or (0, 0)
+        data = self._paths.read_range(shard, start, end - start, "shard") if found else b""
         if len(data) != end - start:
             raise DataFileError(f"{OP}: {self.where(index)!r}: the shard ends inside the "
                                 f"sample, at byte {start + len(data):,}")
@@ -267,14 +284,24 @@ class WebdatasetSource:
         return out
 
 
+def _extent(spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """[start, end) of a sample's members in its shard, from the first to the end of the
+    last; None for a sample without any."""
+    present = [(o, n) for o, n in spans if o >= 0]
+    if not present:
+        return None
+    return min(o for o, _ in present), max(o + n for o, n in present)
+
+
 @register_reader(OP)
 def build_webdataset_reader(request: ReaderRequest) -> Reader:
-    paths = ReaderPaths(OP, request.roots, request.files.objects)
+    paths = ReaderPaths(OP, request.roots, request.files)
     index = WebdatasetIndex(request.args, paths)
     identity = ReaderIdentity(paths, index.shards, request.args["verify"],
                               derived=index.digests, kind="shard")
     return Reader(reader_stage(request, index.count, "samples"),
-                  WebdatasetSource(index, paths, request.limits), identity, identity.count)
+                  WebdatasetSource(index, paths, request.limits), identity, identity.count,
+                  reads_objects=any(paths.is_object(s) for s in index.shards))
 
 
 # -- behaviour probe (engine/identity/behaviour/) ------------------------------------------------
