@@ -11,11 +11,18 @@ from a real S3 server (SeaweedFS's ``weed`` on loopback) against reading from lo
    through a proxy that holds every request 20 ms before passing it on (target >= 0.8:
    fetching ahead hides the latency).
 
+Each pipeline row also says the CPU time each image cost: in this process (the pipeline,
+and obstore's threads) and in the store's processes (``weed`` and the proxy), read from
+``/proc``. On one machine the store takes its CPU from the pipeline; where the store has
+a machine of its own it does not. ``--pin`` gives it a core of its own here: this process
+keeps the first core, ``weed`` and the proxies run on the rest, for every contender alike
+(the disk row too), so the ratios compare what reading from the store costs the pipeline.
+
 boto3 is not a dependency of Conveyor: its rows say so where it is absent (put it on
 PYTHONPATH, ``pip install --target DIR boto3``, to measure it). Contenders alternate, each
 figure is the median over runs, each ratio the median of per-run ratios.
 
-Run: python -m bench.object_storage [--quick] [--runs N] [--batches N] [--data DIR]
+Run: python -m bench.object_storage [--quick] [--runs N] [--batches N] [--pin] [--data DIR]
 """
 
 from __future__ import annotations
@@ -109,6 +116,11 @@ class DelayingProxy:
                 time.sleep(0.05)
         raise RuntimeError("the delaying proxy did not start")
 
+    @property
+    def pid(self) -> int:
+        assert self._proc.pid is not None
+        return self._proc.pid
+
     def close(self) -> None:
         self._proc.kill()
         self._proc.join()
@@ -163,25 +175,82 @@ def boto3_fetch(endpoint: str, keys: list[str]) -> Callable[[], float] | str:
     return run
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` (and those it starts later) to ``cpus``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
+
+
+class Clock:
+    """Where a run's timed part starts and stops: wall time, this process's CPU time and
+    the store's (``store_pids``)."""
+
+    def __init__(self, store_pids: list[int]) -> None:
+        self._store_pids = store_pids
+        self.at: list[tuple[float, float, float]] = []
+
+    def mark(self) -> None:
+        store = sum(cpu_seconds(pid) for pid in self._store_pids)
+        self.at.append((time.perf_counter(), time.process_time(), store))
+
+
+class Costs:
+    """CPU milliseconds per image of each pipeline run: this process's, the store's."""
+
+    def __init__(self, store_pids: list[int]) -> None:
+        self.store_pids = store_pids
+        self.own: dict[str, list[float]] = {}
+        self.store: dict[str, list[float]] = {}
+
+    def measure(self, name: str, run: Callable[[Clock], int]) -> Callable[[], float]:
+        """``run`` (which marks its clock where its timed part starts and stops, and
+        returns the images it timed) as a contender: its images/s; its CPU per image is
+        recorded here."""
+        def timed() -> float:
+            clock = Clock(self.store_pids)
+            images = run(clock)
+            (wall0, own0, store0), (wall1, own1, store1) = clock.at
+            self.own.setdefault(name, []).append((own1 - own0) * 1e3 / images)
+            self.store.setdefault(name, []).append((store1 - store0) * 1e3 / images)
+            return images / (wall1 - wall0)
+        return timed
+
+
 def resnet50(root: str, batches: int, roots: list[str],
-             objects: ObjectStores | None = None) -> Callable[[], float]:
-    def run() -> float:
+             objects: ObjectStores | None = None) -> Callable[[Clock], int]:
+    """A run: the pipeline opened and two batches untimed, then ``batches`` timed."""
+    def run(clock: Clock) -> int:
         with Pipeline(resnet50_pipeline(root), data_roots=roots, objects=objects) as pipe:
             for _ in range(2):
                 pipe.run()
-            start = time.perf_counter()
+            clock.mark()
             for _ in range(batches):
                 pipe.run()
-            return batches * BATCH / (time.perf_counter() - start)
+            clock.mark()
+        return batches * BATCH
     return run
 
 
 def main() -> None:
-    def batches_arg(p: argparse.ArgumentParser) -> None:
+    def extra_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--batches", type=int, default=None,
                        help="batches timed per run (default 12; 3 with --quick)")
+        p.add_argument("--pin", action="store_true",
+                       help="this process on the first core, the store on the others")
 
-    args = parse_args(__doc__.splitlines()[0], batches_arg)
+    args = parse_args(__doc__.splitlines()[0], extra_args)
+    cores = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cores) < 2:
+        raise SystemExit("--pin needs two cores at least")
+    own_cores, store_cores = ({cores[0]}, set(cores[1:])) if args.pin else (set(), set())
+    if own_cores:
+        pin(os.getpid(), own_cores)
     tune_malloc(DEFAULT)
     count = 256 if args.quick else 512
     data = make_dataset(args.data, count)
@@ -194,6 +263,12 @@ def main() -> None:
         weed = WeedProcess(Path(tmp)).start()
         os.environ.update(weed.env())
         proxy, plain = DelayingProxy(weed.s3, DELAY_S), DelayingProxy(weed.s3, 0.0)
+        assert weed.proc is not None
+        store_pids = [weed.proc.pid, proxy.pid, plain.pid]
+        if store_cores:
+            for pid in store_pids:
+                pin(pid, store_cores)
+        costs = Costs(store_pids)
         try:
             weed.create_bucket("bench")
             weed.upload_tree("bench", data, data.name)
@@ -209,16 +284,17 @@ def main() -> None:
             fetched = interleaved(fetchers, args.runs)
             s3_root = f"s3://bench/{data.name}"
             cached = stores(weed.endpoint, os.path.join(tmp, "cache"))
-            resnet50(s3_root, len(files) // BATCH, ["s3://bench"], cached)()  # warms it
+            warm = len(files) // BATCH - 2
+            resnet50(s3_root, warm, ["s3://bench"], cached)(Clock([]))  # one whole epoch
             slow = f"http://127.0.0.1:{proxy.port}"
-            pipelines = interleaved({
+            pipelines = interleaved({name: costs.measure(name, run) for name, run in {
                 DISK: resnet50(str(data), batches, [str(data.parent)]),
                 STORE: resnet50(s3_root, batches, ["s3://bench"], stores(weed.endpoint)),
                 PROXIED: resnet50(s3_root, batches, ["s3://bench"],
                                   stores(f"http://127.0.0.1:{plain.port}")),
                 SLOW: resnet50(s3_root, batches, ["s3://bench"], stores(slow)),
                 CACHED: resnet50(s3_root, batches, ["s3://bench"], cached),
-            }, args.runs)
+            }.items()}, args.runs)
         finally:
             proxy.close()
             plain.close()
@@ -227,10 +303,14 @@ def main() -> None:
           ("fetching the JPEGs", "objects/s", "spread"))
     if absent:
         print(absent + "\n")
+    where = (f"this process on core {cores[0]}, the store on {sorted(store_cores)}"
+             if args.pin else f"everything on the same {len(cores)} cores")
     print(f"# ResNet-50 CPU pipeline, float16, batches of {BATCH}, {batches * BATCH} images "
-          "timed per run\n")
-    table([(name, f"{median(v):,.0f}", spread(v, "{:,.0f}")) for name, v in pipelines.items()],
-          ("contender", "images/s", "spread"))
+          f"timed per run; {where}\n")
+    table([(name, f"{median(v):,.0f}", spread(v, "{:,.0f}"),
+            f"{median(costs.own[name]):.2f}", f"{median(costs.store[name]):.2f}")
+           for name, v in pipelines.items()],
+          ("contender", "images/s", "spread", "CPU ms/image here", "CPU ms/image store"))
     rows: list[tuple[Any, ...]] = [
         (f"{STORE} / {DISK} (target >= 0.9)", ratio(pipelines[STORE], pipelines[DISK])),
         (f"{SLOW} / {DISK} (target >= 0.8)", ratio(pipelines[SLOW], pipelines[DISK])),
