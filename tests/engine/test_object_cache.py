@@ -85,9 +85,12 @@ def test_pipelines_sharing_the_cache_fetch_each_object_once(
     gets = observer.requests["get"]
     assert gets == len(sizes)  # the second epoch came from the cache
     assert observer.bytes_fetched == sum(sizes)
+    taken = sum(observer.taken.values())
     with Pipeline(spec, data_roots=["s3://data/shared"], objects=objects) as second:
         assert batches(second, 4) == expected[:4]
     assert observer.requests["get"] == gets  # no request: every object was a hit
+    # Read from the cache on the reading threads: nothing was asked ahead, or when read.
+    assert sum(observer.taken.values()) == taken
     # One miss per object (concurrent reads of one wait for its one lookup), the rest hits.
     assert observer.lookups[False] == len(sizes) and observer.lookups[True] >= 8 + 8
     assert objects.cache is not None and objects.cache.bytes == sum(sizes)

@@ -14,7 +14,9 @@ readers. What is fetched and not yet taken is bounded in count and in bytes
 is read, so a pipeline holds at most ``max_bytes`` (plus what its workers are reading).
 ``clear`` drops it all (a pipeline dropping the batches it computed ahead: a seek, a
 restore, a failed batch computed again). A request that failed raises its
-``ObjectStoreFailure`` when it is taken, as a request made then would.
+``ObjectStoreFailure`` when it is taken, as a request made then would. What the server's
+node cache holds is not requested ahead: its read takes it from the cache, on the
+reading thread.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class FetchAhead:
                 if held is not None:  # requested already: one more read takes it
                     held.reads += 1
                     continue
+                if self.objects.in_cache(url, info, byte_range):
+                    continue  # read from the node cache when it is taken
                 size = wanted_bytes(info, byte_range)
                 if (len(self._pending) >= self.max_count
                         or self._bytes + size > self.max_bytes):
@@ -91,6 +95,10 @@ class FetchAhead:
                 if not found.reads:
                     del self._pending[key]
                     self._bytes -= found.size
+        if found is None:
+            held = self.objects.from_cache(url, info, byte_range)
+            if held is not None:
+                return held
         self.objects.observer.took(found is not None)
         if found is not None:
             try:

@@ -49,6 +49,11 @@ class NodeCache:
     def _path(self, name: str) -> Path:
         return self.directory / name[:2] / name
 
+    def holds(self, name: str, size: int) -> bool:
+        """Whether the entry is held with ``size`` bytes (its file is not read)."""
+        with self._lock:
+            return self._entries.get(name) == size
+
     def get(self, name: str, size: int) -> bytes | None:
         """The entry's bytes if it is held with ``size`` bytes, else None."""
         with self._lock:

@@ -271,6 +271,35 @@ class ObjectStores:
                               meta["version"] or "")
         return await self._retried("head", url, head)
 
+    def _entry(self, url: ObjectUrl, info: ObjectInfo | None,
+               byte_range: tuple[int, int] | None) -> str | None:
+        """The node cache's name for this read, None where it does not go through the
+        cache (no cache; a range; an object listed without an ETag)."""
+        if self.cache is None or info is None or not info.etag or byte_range is not None:
+            return None
+        return entry_name(url.bucket, url.key, info.etag, info.version)
+
+    def in_cache(self, url: ObjectUrl, info: ObjectInfo | None,
+                 byte_range: tuple[int, int] | None = None) -> bool:
+        """Whether the node cache holds what this read wants (nothing is read)."""
+        name = self._entry(url, info, byte_range)
+        return name is not None and self.cache is not None and info is not None \
+            and self.cache.holds(name, info.size)
+
+    def from_cache(self, url: ObjectUrl, info: ObjectInfo | None,
+                   byte_range: tuple[int, int] | None = None) -> bytes | None:
+        """What this read wants, read from the node cache on the calling thread, if the
+        cache holds it (a hit, counted); None otherwise (nothing counted: a read made then
+        counts its lookup). A hit costs a file read here, not a trip through the
+        request loop."""
+        name = self._entry(url, info, byte_range)
+        if name is None or self.cache is None or info is None:
+            return None
+        data = self.cache.get(name, info.size)
+        if data is not None:
+            self.observer.cached(True)
+        return data
+
     async def get_async(self, url: ObjectUrl, info: ObjectInfo | None = None,
                         byte_range: tuple[int, int] | None = None) -> bytes:
         """The object's bytes (``byte_range``: [start, end) of them; fewer at its end);
@@ -292,13 +321,13 @@ class ObjectStores:
             result = await obstore.get_async(store, url.key,
                                              options=options)  # type: ignore[arg-type]
             return bytes(await result.bytes_async())
-        if self.cache is None or info is None or not info.etag or byte_range is not None:
+        name = self._entry(url, info, byte_range)
+        if name is None or self.cache is None or info is None:
             data = await self._retried("get", url, get)
             self.observer.fetched(len(data))
             return data
         # Through the node cache: one lookup (and fetch) per object at a time, which
         # concurrent reads of it (two pipelines, two batches) wait for.
-        name = entry_name(url.bucket, url.key, info.etag, info.version)
         flight = self._flights.get(name)
         if flight is not None:
             self.observer.cached(True)
