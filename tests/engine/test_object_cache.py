@@ -5,7 +5,6 @@ first, and it is found again after a restart."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,16 +47,6 @@ class Counted:
 
     def took(self, ahead: bool) -> None:
         self.taken[ahead] += 1
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedProcess]:
-    proc = WeedProcess(tmp_path_factory.mktemp("weed")).start()
-    try:
-        proc.create_bucket("data")
-        yield proc
-    finally:
-        proc.kill()
 
 
 def cached_stores(weed: WeedProcess, cache: Path, max_bytes: int,

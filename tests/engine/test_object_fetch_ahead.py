@@ -63,16 +63,6 @@ def spec(reader: str, base: str, **kw: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedProcess]:
-    proc = WeedProcess(tmp_path_factory.mktemp("weed")).start()
-    try:
-        proc.create_bucket("data")
-        yield proc
-    finally:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
 def data(weed: WeedProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every reader's data set in a folder, and the same files below ``s3://data``."""
     root = tmp_path_factory.mktemp("local")
@@ -83,12 +73,6 @@ def data(weed: WeedProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
     record_data.write_coco(root / "coco", 8)
     weed.upload_tree("data", root, "")
     return root
-
-
-@pytest.fixture
-def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in weed.env().items():
-        monkeypatch.setenv(key, value)
 
 
 def stores(weed: WeedProcess, observer: Counted | None = None, endpoint: str = "",

@@ -5,7 +5,6 @@ and every bad input a clear error naming the bucket or key, never INTERNAL."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,6 @@ def raw(**reader: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedProcess]:
-    proc = WeedProcess(tmp_path_factory.mktemp("weed")).start()
-    try:
-        yield proc
-    finally:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
 def dataset(weed: WeedProcess, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder data set (classes, a nested folder, a file right below the root, a file
     the filters leave out) and the same files in ``s3://data/train``."""
@@ -52,16 +42,8 @@ def dataset(weed: WeedProcess, tmp_path_factory: pytest.TempPathFactory) -> Path
     (train / "class_1" / "z.jpg").write_bytes((train / "class_2" / "img_001.jpg").read_bytes())
     (train / "loose.jpg").write_bytes(b"not a sample")
     (train / "class_0" / "notes.txt").write_text("left out by the filters")
-    weed.create_bucket("data")
     weed.upload_tree("data", train, "train")
     return root
-
-
-@pytest.fixture
-def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The standard AWS environment, nothing Conveyor-specific."""
-    for key, value in weed.env().items():
-        monkeypatch.setenv(key, value)
 
 
 def stores(weed: WeedProcess, **bucket: Any) -> ObjectStores:
