@@ -75,6 +75,35 @@ def test_objects_list_and_read_as_the_same_folder(weed: WeedProcess, dataset: Pa
         assert batches(a, 7) == batches(b, 7)  # over two epochs
 
 
+def test_a_named_aws_profile_is_the_credentials(weed: WeedProcess, dataset: Path,
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No keys in the environment: the profile AWS_PROFILE names in the shared files gives
+    them, and its config its region and endpoint (as the AWS tools read them)."""
+    key, secret = weed.env()["AWS_ACCESS_KEY_ID"], weed.env()["AWS_SECRET_ACCESS_KEY"]
+    (tmp_path / "credentials").write_text(
+        f"[trainer-data]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    (tmp_path / "config").write_text(
+        f"[profile trainer-data]\nregion = {REGION}\nendpoint_url = {weed.endpoint}\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                 "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "trainer-data")
+    objects = ObjectStores(ObjectStoreSettings(default=BucketSettings(allow_http=True)))
+    with Pipeline(raw(file_root=str(dataset / "train")), data_roots=[dataset]) as a, \
+            Pipeline(raw(file_root="s3://data/train"), data_roots=["s3://data"],
+                     objects=objects) as b:
+        assert batches(a, 3) == batches(b, 3)
+    monkeypatch.setenv("AWS_PROFILE", "someone-else")
+    with pytest.raises(errors.InvalidArgument, match="AWS_PROFILE names the profile "
+                                                     "'someone-else'"):
+        Pipeline(raw(file_root="s3://data/train"), data_roots=["s3://data"],
+                 objects=ObjectStores(ObjectStoreSettings(
+                     default=BucketSettings(allow_http=True))))
+
+
 def test_files_and_file_list_name_objects(weed: WeedProcess, dataset: Path,
                                           aws_env: None) -> None:
     weed.put("data", "lists/train.txt",

@@ -34,6 +34,7 @@ import obstore
 from obstore.store import S3Store
 
 from conveyor.errors import InvalidArgument
+from conveyor_server.engine.data.aws_profile import profile_from_files
 from conveyor_server.engine.data.node_cache import NodeCache, entry_name
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, classify
 from conveyor_server.engine.data.object_urls import ObjectUrl
@@ -173,7 +174,8 @@ class ObjectStores:
 
     def _make(self, bucket: str) -> S3Store:
         conf = self.settings.for_bucket(bucket)
-        endpoint = endpoint_of(conf)
+        profile = profile_from_files()  # the shared AWS files, where the environment has no keys
+        endpoint = endpoint_of(conf) or (profile.endpoint_url if profile else "")
         allow_http = conf.allow_http or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true"
         if endpoint.lower().startswith("http://") and not allow_http:
             where = "object_storage.buckets" if bucket in self.settings.buckets \
@@ -188,10 +190,18 @@ class ObjectStores:
                                    "timeout": f"{s.request_timeout_s}s",
                                    "connect_timeout": f"{s.connect_timeout_s}s"}
         config: dict[str, Any] = {}
-        if conf.endpoint:
-            config["endpoint"] = conf.endpoint
+        if endpoint:
+            config["endpoint"] = endpoint
         if conf.region:
             config["region"] = conf.region
+        elif profile is not None and profile.region and not (
+                os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            config["region"] = profile.region
+        if profile is not None:
+            config["access_key_id"] = profile.access_key_id
+            config["secret_access_key"] = profile.secret_access_key
+            if profile.session_token:
+                config["session_token"] = profile.session_token
         if conf.virtual_hosted_style is not None:
             config["virtual_hosted_style_request"] = conf.virtual_hosted_style
         # Retries are made here (counted and bounded as configured), not inside obstore.
