@@ -125,11 +125,9 @@ class Cluster:
         #: addresses), and whether they were asked yet.
         self._learnt: tuple[str, ...] = ()
         self._asked_fleet = False
-        #: Each server's advertised name by the address this client reached it at, and the
-        #: other way round (the first address that reached it); the targets asked their
-        #: name once (``fleet``).
+        #: Each server's advertised name by the address this client reached it at; the
+        #: targets asked their name once (``fleet``).
         self._advertised: dict[str, str] = {}
-        self._reached_at: dict[str, str] = {}
         self._asked_name: set[str] = set()
         self._placement = None if not place else Placement(
             placement_seed if isinstance(placement_seed, random.Random)
@@ -160,7 +158,6 @@ class Cluster:
     def _named(self, address: str, advertised: str) -> None:
         with self._lock:
             self._advertised[address] = advertised
-            self._reached_at.setdefault(advertised, address)
 
     def reach(self, name: str) -> str:
         """The address this client uses for the server a server named ``name`` (its
@@ -169,7 +166,7 @@ class Cluster:
         with self._lock:
             if not name or name in self._advertised:
                 return name
-            return self._reached_at.get(name, name)
+            return next((a for a, n in self._advertised.items() if n == name), name)
 
     def known_as(self, name: str) -> str:
         """A server as a message says it: the address this client uses for it, with its
@@ -209,8 +206,8 @@ class Cluster:
         most ``NAME_WAIT_S``): a target that answers under another name is matched."""
         targets = addresses(self.targets)
         with self._lock:
-            unmatched = [a for a in advertised
-                         if a not in targets and a not in self._reached_at]
+            known = set(self._advertised.values())
+            unmatched = [a for a in advertised if a not in targets and a not in known]
             asked = [a for a in targets
                      if a not in self._advertised and a not in self._asked_name]
             if not unmatched or not asked:
@@ -264,9 +261,15 @@ class Cluster:
                 continue
             self._preferred = address
             return reply
-        say_where_it_failed(failure, self.known_as(self._preferred),
-                            [self.known_as(a) for a in others], method)
+        self.say_where_it_failed(failure, self._preferred, method)
         raise failure
+
+    def say_where_it_failed(self, exc: errors.Unavailable, server: str, what: str, *,
+                            failover: bool = True) -> None:
+        """Reword ``exc`` (``connection.say_where_it_failed``) with ``server`` and the
+        others this cluster knows, each as ``known_as`` says it."""
+        others = [self.known_as(a) for a in self.servers() if a != server]
+        say_where_it_failed(exc, self.known_as(server), others, what, failover=failover)
 
     def placed(self, method: str, request: Any) -> tuple[Any, str]:
         """``method`` (CreatePipeline, Restore) on the server placement chooses: the reply

@@ -55,7 +55,7 @@ from conveyor.remote.fan_in import FanIn, check_workers
 from conveyor.tensor_list import TensorList
 from conveyor.transport.acknowledgements import ACK_FLUSH_S, Acknowledgements
 from conveyor.transport.allocator import tune_client_process
-from conveyor.transport.connection import error_of, say_where_it_failed, wait_for_the_end
+from conveyor.transport.connection import error_of, wait_for_the_end
 from conveyor.transport.data_channel import Attempt, DataSocket
 from conveyor.transport.wire import BatchAssembler
 from conveyor.v1 import service_pb2
@@ -296,12 +296,9 @@ class RemotePipeline:
                     raise
                 if not self.client.failover or not self._move(exc):
                     if isinstance(exc, errors.Unavailable):
-                        say_where_it_failed(
-                            exc, self.client.known_as(self.via),
-                            [self.client.known_as(a) for a in self.client.servers()
-                             if a != self.via],
-                            f"pipeline {self.name!r} after {self._consumed} batches",
-                            failover=self.client.failover)
+                        self.client.say_where_it_failed(
+                            exc, self.via, f"pipeline {self.name!r} after {self._consumed} "
+                            "batches", failover=self.client.failover)
                     raise
         raise AssertionError("unreachable")
 
