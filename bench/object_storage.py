@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,7 @@ from conveyor_server.engine.data.object_store import (
     ObjectStores,
     ObjectStoreSettings,
 )
+from tests.support.fault_proxy import FaultProxy
 from tests.support.seaweed import ADMIN, REGION, WeedProcess, free_ports
 
 IN_FLIGHT = 64
@@ -74,28 +76,8 @@ CACHED = "ResNet-50 from SeaweedFS through a warm node cache"
 def _proxy(port: int, target: int, delay: float) -> None:
     """Serve the delaying proxy (in a process of its own: its copying must not take this
     process's interpreter lock from the pipeline it measures)."""
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                       hold: float) -> None:
-            try:
-                while chunk := await src.read(1 << 16):
-                    if hold:
-                        await asyncio.sleep(hold)
-                    dst.write(chunk)
-                    await dst.drain()
-            except ConnectionError:
-                pass
-            finally:
-                dst.close()
-        await asyncio.gather(pipe(reader, up_writer, delay), pipe(up_reader, writer, 0.0))
-
-    async def run() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", port)
-        async with server:
-            await server.serve_forever()
-    asyncio.run(run())
+    FaultProxy(target, delay=delay, port=port)
+    threading.Event().wait()  # until the process is killed
 
 
 class DelayingProxy:

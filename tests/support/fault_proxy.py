@@ -20,8 +20,10 @@ SLOW_DOWN = (b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nConnec
 
 
 class FaultProxy:
-    def __init__(self, target: int, *, refuse: int = 0, delay: float = 0.0) -> None:
-        self.port = free_ports(1)[0]
+    def __init__(self, target: int, *, refuse: int = 0, delay: float = 0.0,
+                 port: int = 0) -> None:
+        """``port``: the one to listen on (0: a free one)."""
+        self.port = port or free_ports(1)[0]
         self.refuse = refuse
         self.refused = 0
         #: The port new connections are forwarded to.
