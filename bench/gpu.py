@@ -18,13 +18,14 @@ operators' work; where one is missing on this server its pipeline is reported as
 naming the operator, and the benchmark exits with 3. On a machine without a GPU it says so
 and exits with 2, measuring nothing.
 
-Run: python -m bench.gpu [--quick] [--runs N] [--batch N]
+Run: python -m bench.gpu [--quick] [--runs N] [--batch N] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -164,6 +165,7 @@ def measure(step: Callable[[], object], batch: int, batches: int,
 def main(argv: list[str] | None = None) -> int:
     def extra(p: argparse.ArgumentParser) -> None:
         p.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
+        p.add_argument("--json", type=Path, help="also write the figures here, as JSON")
 
     args = parse_args(__doc__ or "", extra, argv)
     if cuda_device_count() == 0:
@@ -214,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{grpc / max(local_rate, 1.0):.2f} x in process (target 0.9)")
     for line in missing:
         print(f"not run: {line}", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "batch": batch, "runs": args.runs, "not run": missing,
+            "figures": [{"pipeline": label, "mode": mode,
+                         "images_per_s": [round(m.images_per_s) for m in runs],
+                         "gpu_use": [m.gpu for m in runs],
+                         "host_cores": [round(m.cores, 2) for m in runs]}
+                        for (label, mode), runs in results.items()]}, indent=1))
     return 3 if missing else 0
 
 
