@@ -4,6 +4,8 @@ is the same; only the copies differ)."""
 
 from __future__ import annotations
 
+import gc
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,13 @@ from conveyor_server import Pipeline
 from conveyor_server.app.metrics import Metrics
 from conveyor_server.engine.device.output_ring import OutputRing
 from conveyor_server.engine.gpu_staging import copy_out
-from conveyor_server.engine.staging import ALIGN, BatchStager, HostCopier, OutputStaging
+from conveyor_server.engine.staging import (
+    ALIGN,
+    BatchStager,
+    HostCopier,
+    OutputStaging,
+    spans,
+)
 from conveyor_server.service.lifecycle import Runtime
 from conveyor_server.service.server import create_server
 from conveyor_server.store.redis_process import RedisProcess
@@ -101,8 +109,12 @@ def test_a_staged_batch_is_views_of_one_slot_with_the_same_bytes() -> None:
             view = sample[ref]
             assert np.shares_memory(view, buffer) and view.dtype == original[ref].dtype
             np.testing.assert_array_equal(view, original[ref])
-            assert (view.ctypes.data - buffer.ctypes.data) % ALIGN == 0
         assert not np.shares_memory(sample[(0, 1)], buffer)  # not a staged output
+    # Each output starts aligned, its samples back to back.
+    for ref in ((1, 0), (2, 0)):
+        starts = [s[ref].ctypes.data - buffer.ctypes.data for s in batch]
+        assert starts[0] % ALIGN == 0
+        assert starts[1:] == [a + s[ref].nbytes for a, s in zip(starts, batch[:-1], strict=False)]
     # The second batch goes to the other slot, the third waits for a release.
     second = stager.stage(1, samples(1, 4))
     assert second is not None and second.slot is not staged.slot
@@ -237,3 +249,94 @@ def test_copy_out_packs_ragged_samples_and_leaves_other_outputs_alone() -> None:
     assert copies[1].ctypes.data == copies[0].ctypes.data + a.nbytes  # back to back
     elsewhere = [np.ones((2, 2), dtype=np.int32)]
     assert copy_out(elsewhere, slot) is None
+
+
+def test_spans_merge_the_copies_that_continue_one_another_in_both_memories() -> None:
+    assert spans([(100, 1000, 10), (110, 1010, 6), (116, 1016, 4)]) == [(100, 1000, 20)]
+    # A gap in the source or in the target, or a copy out of order, starts a new span.
+    assert spans([(100, 1000, 10), (112, 1010, 4), (116, 1014, 4)]) == [
+        (100, 1000, 10), (112, 1010, 8)]
+    assert spans([(100, 1000, 10), (110, 1020, 4)]) == [(100, 1000, 10), (110, 1020, 4)]
+    assert spans([(110, 1010, 4), (100, 1000, 10)]) == [(110, 1010, 4), (100, 1000, 10)]
+    assert spans([(100, 1000, 0), (100, 1000, 8), (108, 1008, 0)]) == [(100, 1000, 8)]
+    assert spans([]) == []
+
+
+def test_a_batch_computed_into_one_allocation_leaves_in_one_copy_per_output() -> None:
+    """Samples of one shape that lie back to back (as the kernels' outputs do in their one
+    allocation) are copied in one span; ragged ones apart are copied one by one; the bytes
+    are the same either way."""
+    rng = np.random.default_rng(3)
+    device = rng.integers(0, 256, 6 * 4 * 5 * 3, dtype=np.uint8)  # one allocation
+    uniform = [device[i * 60:(i + 1) * 60].reshape(4, 5, 3) for i in range(6)]
+    ragged = [rng.random((2, 3 + i)).astype(np.float32) for i in range(3)]
+    batch: list[dict[Ref, np.ndarray]] = [{(1, 0): u} for u in uniform]
+    for sample, r in zip(batch, ragged, strict=False):
+        sample[(2, 0)] = r
+    copier = HostCopier()
+    stager = BatchStager(OutputRing(1, copier.allocate), copier, [(1, 0), (2, 0)])
+    staged = stager.stage(0, batch)
+    assert staged is not None
+    assert copier.copied == 1 + 3
+    for sample, u in zip(batch, uniform, strict=True):
+        np.testing.assert_array_equal(sample[(1, 0)], u)
+        assert np.shares_memory(sample[(1, 0)], staged.slot.buffer)
+    for sample, r in zip(batch, ragged, strict=False):
+        np.testing.assert_array_equal(sample[(2, 0)], r)
+
+
+def test_run_lends_the_slot_buffer_until_the_caller_drops_the_batch(tmp_path: Path) -> None:
+    """``run()`` hands out the ring's own buffer, not a copy: it stays out of the ring
+    while any array over it lives (dropped on another thread too), then a later batch
+    claims it again instead of a new allocation."""
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    allocated: list[int] = []
+
+    def allocate(nbytes: int) -> np.ndarray:
+        allocated.append(nbytes)
+        return np.empty(nbytes, dtype=np.uint8)
+
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as ringed:
+        copier = HostCopier()
+        out = OutputRing(4, allocate)
+        ringed._queue.staging = OutputStaging(BatchStager(out, copier, ringed._plan.outputs[:1]))
+        images, labels = ringed.run()
+        expected = plain.run()[0]
+        np.testing.assert_array_equal(images.as_array(), expected.as_array())
+        assert out.lent == 1 and not any(np.shares_memory(images[0], s.buffer)
+                                         for s in out._slots)
+        one = images[1]
+        del images, labels
+        gc.collect()
+        assert out.lent == 1  # one sample still holds the buffer
+        holder = [one]
+        del one
+        dropper = threading.Thread(target=holder.clear)  # the last array, dropped there
+        dropper.start()
+        dropper.join()
+        assert out.lent == 0
+        before = len(allocated)
+        for _ in range(11):
+            batch = ringed.run()[0]
+            np.testing.assert_array_equal(batch.as_array(), plain.run()[0].as_array())
+            del batch
+        # Each batch's buffer came back before a later claim needed one: no more allocated
+        # than the ring's slots and the spares, however many batches ran.
+        assert len(allocated) - before <= 4
+
+
+def test_past_its_lending_limit_run_copies(tmp_path: Path) -> None:
+    """A caller that keeps every batch gets copies once the ring has lent ``lend_limit``
+    buffers: the bytes are the same, and the ring's memory stays bounded."""
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as ringed:
+        copier = HostCopier()
+        out = OutputRing(4, copier.allocate, lend_limit=2)
+        ringed._queue.staging = OutputStaging(BatchStager(out, copier, ringed._plan.outputs[:1]))
+        kept = [ringed.run()[0] for _ in range(6)]
+        assert out.lent == 2
+        for batch in kept:
+            np.testing.assert_array_equal(batch.as_array(), plain.run()[0].as_array())
+        del kept, batch
+        gc.collect()
+        assert out.lent == 0

@@ -9,9 +9,12 @@ batch's fence, which the consumer waits on before reading the bytes. The copies 
 k so run while batch k + 1 is decoded and transformed, and the compute stream never waits
 for a copy. Pinned buffers let the copies run asynchronously at the bus's speed.
 
-``run()`` hands its caller a batch it may keep (``kept_outputs``): ``copy_out`` copies a
-batch's samples out of the ring slot once, back to back into one host buffer (so
-``TensorList.as_array`` is a view of it, not another copy).
+``run()`` hands its caller a batch it may keep (``kept_outputs``): the slot's buffer itself,
+lent to the caller until its arrays are gone (``OutputRing.lend``), so a batch leaves the
+GPU in one copy per output and is not copied again on the host; past the ring's lending
+limit (a caller keeping many batches), ``copy_out`` copies the samples out of the slot once,
+back to back into one host buffer. Either way a batch of one shape is one array
+(``TensorList.as_array`` is a view, not another copy).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from conveyor.tensor_list import TensorList
 from conveyor_server.engine.device.output_ring import OutputRing
 from conveyor_server.engine.plan import Plan, Ref, SampleSegment
-from conveyor_server.engine.staging import BatchStager, StagedBatch
+from conveyor_server.engine.staging import BatchStager, StagedBatch, spans
 
 #: cudaMemcpyDeviceToHost
 _DEVICE_TO_HOST = 2
@@ -84,11 +87,10 @@ class CudaCopier:
             computed = cupy.cuda.Event(disable_timing=True)
             computed.record(self._compute)
             self._stream.wait_event(computed)
-            for source, target in queued:
-                if source.nbytes:
-                    cupy.cuda.runtime.memcpyAsync(target.ctypes.data, source.data.ptr,
-                                                  source.nbytes, _DEVICE_TO_HOST,
-                                                  self._stream.ptr)
+            for source, target, nbytes in spans((s.data.ptr, t.ctypes.data, s.nbytes)
+                                                for s, t in queued):
+                cupy.cuda.runtime.memcpyAsync(target, source, nbytes, _DEVICE_TO_HOST,
+                                              self._stream.ptr)
             copied = cupy.cuda.Event(disable_timing=True)
             copied.record(self._stream)
         return _EventFence(copied, [source for source, _ in queued])
@@ -132,16 +134,37 @@ def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray
 
 
 def kept_outputs(outputs: Sequence[TensorList], staged: StagedBatch) -> tuple[TensorList, ...]:
-    """A staged batch's ``outputs`` copied out of its ring slot, once, and the slot given
-    back: the caller may keep them as long as it likes (the outputs the ring does not hold,
-    such as a reader's labels, are returned as they are). ``run_staged`` hands out the
-    ring's own views instead, valid until released."""
+    """A staged batch's ``outputs``, the caller's to keep as long as it likes, and the slot
+    given back: views of the slot's buffer lent to the caller (``OutputRing.lend``: no
+    copy; the buffer comes back to the ring when the caller's arrays are gone), or, where
+    the ring lends no more, copied out of the slot once (``copy_out``). The outputs the
+    ring does not hold, such as a reader's labels, are returned as they are.
+    ``run_staged`` hands out the ring's own views instead, valid until released."""
     try:
+        slot = staged.slot.buffer
+        lent = staged.ring.lend(staged.slot)
         copies = []
         for out in outputs:
-            samples = copy_out(list(out), staged.slot.buffer)
-            copies.append(out if samples is None else
-                          TensorList(samples, out.layout(), out.dtype))
+            samples = list(out)
+            if lent is not None:
+                moved = rebased(samples, slot, lent)
+            else:
+                moved = copy_out(samples, slot)
+            copies.append(out if moved is None else TensorList(moved, out.layout(), out.dtype))
     finally:
         staged.release()
     return tuple(copies)
+
+
+def rebased(samples: Sequence[np.ndarray], old: np.ndarray,
+            new: np.ndarray) -> list[np.ndarray] | None:
+    """``samples`` (views of the buffer ``old``) as the same views of ``new``, a buffer of
+    the same bytes; None when no sample lies in ``old``."""
+    if not any(np.may_share_memory(s, old) for s in samples):
+        return None
+    start = old.ctypes.data
+    out = []
+    for sample in samples:
+        offset = sample.ctypes.data - start
+        out.append(new[offset:offset + sample.nbytes].view(sample.dtype).reshape(sample.shape))
+    return out

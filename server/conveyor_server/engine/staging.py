@@ -1,19 +1,23 @@
 """Staging a batch's device outputs into an output ring slot, as the batch becomes ready.
 
-``BatchStager.stage`` lays a batch's device arrays out in one slot of the ring (every
-output, every sample, in order, each at an offset aligned to 64 bytes), issues one
-asynchronous copy per array and puts a host view of the slot in the sample's place, valid
-once the batch's fence is waited on. The pipeline stages each batch as soon as it is
-computed and before it is asked for, so the copies of batch k run while batch k + 1 is
-computed; the stream encodes from the views and then releases the slot.
+``BatchStager.stage`` lays a batch's device arrays out in one slot of the ring: each
+output's samples back to back, in order, from an offset aligned to 64 bytes (so a batch of
+samples of one shape is one array over the slot), puts a host view of the slot in each
+sample's place, valid once the batch's fence is waited on, and hands the copies to the
+copier, which merges those that continue one another in both memories (``spans``): the
+samples of one output computed into one device allocation leave the GPU in one copy. The
+pipeline stages each batch as soon as it is computed and before it is asked for, so the
+copies of batch k run while batch k + 1 is computed; the stream encodes from the views and
+then releases the slot.
 
 A ``Copier`` says which values it copies and how: ``gpu_staging.CudaCopier`` copies CuPy
-arrays on a CUDA stream into pinned memory; ``HostCopier`` copies numpy arrays at once
-(for the tests of this bookkeeping on machines without a GPU).
+arrays on a CUDA stream into pinned memory; ``HostCopier`` copies numpy arrays (for the
+tests of this bookkeeping on machines without a GPU), merged by the same ``spans``.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -52,8 +56,35 @@ class _Done:
         return None
 
 
+#: One copy: (source address, target address, bytes).
+Copy = tuple[int, int, int]
+
+
+def spans(copies: Iterable[Copy]) -> list[Copy]:
+    """``copies`` in order, each merged into the one before it where it continues it in
+    both memories (its source starts where that one's ends, and so does its target); empty
+    copies left out. A merged span copies exactly the bytes of its parts: whatever lies
+    between two allocations is never in one."""
+    merged: list[Copy] = []
+    for source, target, nbytes in copies:
+        if not nbytes:
+            continue
+        if merged:
+            s, t, n = merged[-1]
+            if s + n == source and t + n == target:
+                merged[-1] = (s, t, n + nbytes)
+                continue
+        merged.append((source, target, nbytes))
+    return merged
+
+
 class HostCopier:
-    """Copies host arrays at once: the ring's bookkeeping on a machine without a GPU."""
+    """Copies host arrays, in the spans a GPU's copies would take: the ring's bookkeeping
+    on a machine without a GPU. ``copied`` counts the copies made."""
+
+    def __init__(self) -> None:
+        self._queued: list[tuple[np.ndarray, np.ndarray]] = []
+        self.copied = 0
 
     def allocate(self, nbytes: int) -> np.ndarray:
         return np.empty(nbytes, dtype=np.uint8)
@@ -62,9 +93,14 @@ class HostCopier:
         return isinstance(value, np.ndarray)
 
     def copy(self, source: Any, target: np.ndarray) -> None:
-        np.copyto(target, source)
+        self._queued.append((np.ascontiguousarray(source), target))
 
     def fence(self) -> Fence:
+        queued, self._queued = self._queued, []
+        for source, target, nbytes in spans((s.ctypes.data, t.ctypes.data, s.nbytes)
+                                            for s, t in queued):
+            ctypes.memmove(target, source, nbytes)
+            self.copied += 1
         return _Done()
 
 
@@ -103,18 +139,22 @@ class BatchStager:
         None when no slot is free (nothing is changed then)."""
         places = [(values, ref) for ref in self._outputs for values in samples
                   if self._copier.takes(values.get(ref))]
-        sizes = [_aligned(int(values[ref].nbytes)) for values, ref in places]
-        slot = self.ring.claim(batch, sum(sizes))
+        offsets = []
+        end = 0
+        for n, (values, ref) in enumerate(places):
+            if n == 0 or ref != places[n - 1][1]:  # an output's first sample
+                end = _aligned(end)
+            offsets.append(end)
+            end += int(values[ref].nbytes)
+        slot = self.ring.claim(batch, end)
         if slot is None:
             return None
-        offset = 0
-        for (values, ref), size in zip(places, sizes, strict=True):
+        for (values, ref), offset in zip(places, offsets, strict=True):
             source = values[ref]
             view = slot.buffer[offset:offset + int(source.nbytes)].view(
                 np.dtype(source.dtype)).reshape(source.shape)
             self._copier.copy(source, view)
             values[ref] = view
-            offset += size
         return StagedBatch(self.ring, slot, self._copier.fence())
 
 

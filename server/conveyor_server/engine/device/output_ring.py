@@ -8,11 +8,20 @@ position), the oldest free slot first. A slot too small for its batch gets a lar
 when it is claimed, never while held. The buffers come from ``allocate``: pinned host
 memory on a GPU server (``gpu_staging.py``), plain numpy arrays in tests; this module
 neither knows nor cares.
+
+A held slot's buffer can also be lent out (``lend``), so that ``Pipeline.run`` hands its
+caller the batch's bytes without copying them: the caller keeps the buffer for as long as
+any array over it lives, the slot gets another buffer when it is next claimed, and the
+lent buffer comes back as a spare when the caller's last array over it is gone. At most
+``lend_limit`` buffers are out at once (past it ``lend`` says no and the caller copies),
+and at most one spare per slot is kept, so the ring's memory stays within three buffers
+per slot.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +43,7 @@ class Slot:
 
 
 class OutputRing:
-    def __init__(self, slots: int, allocate: Allocate) -> None:
+    def __init__(self, slots: int, allocate: Allocate, lend_limit: int | None = None) -> None:
         if slots < 1:
             raise ValueError(f"an output ring needs at least one slot, got {slots}")
         self._allocate = allocate
@@ -42,6 +51,12 @@ class OutputRing:
         self._free: deque[Slot] = deque(self._slots)
         self._last: int | None = None  # the last batch that claimed a slot
         self._lock = threading.Lock()
+        self._lend_limit = slots if lend_limit is None else lend_limit
+        self._lent = 0  # buffers lent out and not back yet
+        # Lent buffers whose last array is gone: appended by a finalizer, on whichever
+        # thread dropped that array (or collected it), so without this ring's lock.
+        self._returned: deque[np.ndarray] = deque()
+        self._spares: list[np.ndarray] = []
 
     @property
     def size(self) -> int:
@@ -63,7 +78,8 @@ class OutputRing:
                 return None
             slot = self._free.popleft()
             if slot.buffer.size < nbytes:
-                slot.buffer = self._allocate(nbytes)
+                spare = self._spare(nbytes)
+                slot.buffer = spare if spare is not None else self._allocate(nbytes)
             slot.batch = batch
             self._last = batch
             return slot
@@ -75,6 +91,47 @@ class OutputRing:
                 raise ValueError(f"output slot {slot.number} is not held")
             slot.batch = None
             self._free.append(slot)
+
+    def lend(self, slot: Slot) -> np.ndarray | None:
+        """The held ``slot``'s buffer, as a new array the caller may keep: its views keep
+        the buffer out of the ring until the last of them is gone (then it is a spare).
+        The slot gets another buffer at its next claim. None when ``lend_limit`` buffers
+        are out already."""
+        with self._lock:
+            if slot.batch is None or slot not in self._slots:
+                raise ValueError(f"output slot {slot.number} is not held")
+            self._collect()
+            if self._lent >= self._lend_limit or not slot.buffer.size:
+                return None
+            buffer, slot.buffer = slot.buffer, np.empty(0, dtype=np.uint8)
+            self._lent += 1
+        lent = np.frombuffer(buffer.data, dtype=np.uint8)
+        # Every array over ``lent`` holds the memoryview numpy made for it as its base.
+        weakref.finalize(lent.base, self._returned.append, buffer)
+        return lent
+
+    @property
+    def lent(self) -> int:
+        """Buffers lent out whose arrays are not all gone yet."""
+        with self._lock:
+            self._collect()
+            return self._lent
+
+    def _collect(self) -> None:
+        """Take back the lent buffers that came back (under the lock)."""
+        while self._returned:
+            buffer = self._returned.popleft()
+            self._lent -= 1
+            if len(self._spares) < len(self._slots):
+                self._spares.append(buffer)
+
+    def _spare(self, nbytes: int) -> np.ndarray | None:
+        """A spare buffer of at least ``nbytes`` (under the lock), or None."""
+        self._collect()
+        for n, buffer in enumerate(self._spares):
+            if buffer.size >= nbytes:
+                return self._spares.pop(n)
+        return None
 
     def restart(self) -> None:
         """Let claims start again from any batch (after a seek or a rewind)."""
