@@ -107,7 +107,12 @@ def check_declared_size(data: np.ndarray, limits: EngineLimits) -> None:
     for a header cut short or invalid."""
     if limits.max_image_pixels is None:
         return
-    size = image_header.read_size(data)
+    check_size(image_header.read_size(data), limits)
+
+
+def check_size(size: image_header.ImageSize | None, limits: EngineLimits) -> None:
+    """``ResourceExhausted`` where ``size``, read from a header, is above
+    ``limits.max_image_pixels``."""
     if size is not None:
         what = f"the {size.format} image" + (f" ({size.part})" if size.part else "")
         limits.check_image(size.height, size.width, what, size.bytes_per_sample,
@@ -122,14 +127,21 @@ def _opencv_cap(fmt: str) -> ResourceExhausted:
                              "limits.max_image_pixels): it was not decoded")
 
 
-def check_file(data: np.ndarray, limits: EngineLimits, op: str = OP) -> str:
-    """What every decoder checks before decoding (the GPU's too): a file's bytes, not empty,
-    a JPEG not cut short, a declared size within the limits. Returns the file's format."""
+def check_bytes(data: np.ndarray, op: str = OP) -> None:
+    """``InvalidArgument`` unless ``data`` is a 1-D uint8 array; ``DataFileError`` where it is
+    empty."""
     if data.dtype != np.uint8 or data.ndim != 1:
         raise InvalidArgument(f"{op}: expects a file's bytes as a 1-D uint8 array, got "
                               f"{data.dtype} of shape {data.shape}")
     if data.size == 0:
         raise DataFileError("cannot decode the image: the file is empty (0 bytes)")
+
+
+def check_file(data: np.ndarray, limits: EngineLimits, op: str = OP) -> str:
+    """What every decoder checks before decoding (the GPU's too): a file's bytes, not empty,
+    a JPEG not cut short, a declared size within the limits. Returns the file's format.
+    ``batch_headers.py`` checks a whole batch the same way, in these steps."""
+    check_bytes(data, op)
     fmt = sniff_format(data)
     if fmt == "JPEG":
         check_jpeg_complete(data)

@@ -1,9 +1,11 @@
 """One batch of files decoded by one nvImageCodec call: the decoder behind ``device="mixed"``.
 
 ``BatchDecoder.decode`` checks every file as the CPU decoder does (empty, truncated JPEG,
-declared size above ``limits.max_image_pixels``), turns each into a code stream, with a
-region of interest where the caller wants a window of a JPEG, and decodes them all with
-one ``Decoder.decode(list)`` call. Where the images go is the target's:
+declared size above ``limits.max_image_pixels``), the whole batch's headers read at once
+(``batch_headers.py``, with each JPEG's EXIF orientation), turns each into a code stream
+(over the file's own array, not a copy, where it is C-contiguous), with a region of interest
+where the caller wants a window of a JPEG, and decodes them all with one
+``Decoder.decode(list)`` call. Where the images go is the target's:
 
 - on a GPU (``gpu_target``): into device memory on the pipeline's device, each image a
   CuPy array, HWC uint8; no copy through the host. The decode is enqueued on the device's
@@ -36,8 +38,7 @@ import numpy as np
 
 from conveyor.errors import ConveyorError, DataFileError, DeviceUnavailable
 from conveyor_server.engine.admission.limits import EngineLimits
-from conveyor_server.engine.ops.decode import jpeg_fast
-from conveyor_server.engine.ops.decode.decode import check_file, sniff_format
+from conveyor_server.engine.ops.decode.batch_headers import BatchHeaders, batch_headers
 from conveyor_server.engine.ops.geometry.random_window import Window
 from conveyor_server.engine.ops.registry import Device, SampleFailed
 
@@ -131,20 +132,35 @@ class BatchDecoder:
     def decode(self, files: Sequence[np.ndarray], window: WindowFn | None = None) -> list[Any]:
         """One image per file, in order (CuPy arrays on a GPU, numpy arrays on the CPU);
         ``SampleFailed`` for the first file that cannot be decoded."""
+        heads, streams, windows, keep = self.code_streams(files, window)
+        with self._on_device():
+            with self._lock:
+                images = self._run(streams)
+            del keep
+            return self._arrays(files, heads, images, windows, window)
+
+    def code_streams(self, files: Sequence[np.ndarray], window: WindowFn | None = None
+                     ) -> tuple[BatchHeaders, list[Any], list[Window | None], list[Any]]:
+        """The host's work before the decode: the batch's headers, each file's code stream
+        (a region's where its window is decoded alone), those windows (None: decoded whole),
+        and what the streams read from, to keep alive until the decode returns.
+        ``SampleFailed`` for the first file refused, in order."""
         nv = self._nv
+        heads = batch_headers(files, self._limits, self._op)
+        # A C-contiguous file is read in place: the stream holds the array, no copy is made.
+        in_place = heads.contiguous.tolist()
+        upright = heads.upright_jpegs().tolist()
         streams = []
-        # The encoded bytes and whole streams a region's stream reads from: kept alive until
-        # the decode returns.
-        keep: list[Any] = []
+        keep: list[Any] = []  # the encoded bytes and the whole streams regions read from
         windows: list[Window | None] = []  # the windows decoded as regions
         for i, data in enumerate(files):
             try:
-                fmt = check_file(data, self._limits, self._op)
-                encoded = data.tobytes()
+                heads.check(i)
+                encoded = data if in_place[i] else data.tobytes()
                 stream = nv.CodeStream(encoded)
                 keep += (encoded, stream)
                 win = None
-                if window is not None and fmt == "JPEG" and jpeg_fast.exif_orientation(data) == 1:
+                if window is not None and upright[i]:
                     win = window(i, int(stream.height), int(stream.width))
                     stream = stream.get_sub_code_stream(
                         region=nv.Region(win.y, win.x, win.y + win.h, win.x + win.w))
@@ -155,19 +171,15 @@ class BatchDecoder:
                     f"cannot decode the image ({data.size} bytes): {exc}")) from None
             streams.append(stream)
             windows.append(win)
-        with self._on_device():
-            with self._lock:
-                images = self._run(streams)
-            del keep
-            return self._arrays(files, images, windows, window)
+        return heads, streams, windows, keep
 
-    def _arrays(self, files: Sequence[np.ndarray], images: list[Any],
+    def _arrays(self, files: Sequence[np.ndarray], heads: BatchHeaders, images: list[Any],
                 windows: list[Window | None], window: WindowFn | None) -> list[Any]:
         out = []
         for i, (image, win) in enumerate(zip(images, windows, strict=True)):
             if image is None:
                 raise SampleFailed(i, DataFileError(
-                    f"cannot decode the image ({files[i].size} bytes, {sniff_format(files[i])}):"
+                    f"cannot decode the image ({files[i].size} bytes, {heads.format(i)}):"
                     " nvImageCodec could not decode it with any backend"))
             array = self._array(image)
             h, w = int(array.shape[0]), int(array.shape[1])
