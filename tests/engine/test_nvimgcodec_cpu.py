@@ -31,8 +31,11 @@ from conveyor_server.engine.ops.decode.nvimgcodec_batch import (
     CPU_TARGET,
     BatchDecoder,
     backend_plan,
+    decoder_options,
     describe_backends,
     gpu_target,
+    load_nvimgcodec,
+    make_backends,
 )
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE_INDEX, SampleFailed
 from tests.support.images import make_image_folder
@@ -191,6 +194,30 @@ def test_the_backends_in_order_and_the_hardware_decoders_share() -> None:
     assert backend_plan(CPU_TARGET) == [("cpu_only", 1.0)]
     assert describe_backends(gpu_target(0, 0.9)) == \
         "hw_gpu_only 0.9, gpu_only, hybrid_cpu_gpu, cpu_only"
+
+
+def test_every_backend_keeps_a_fixed_share_whatever_the_timing() -> None:
+    """An adaptive load policy would move samples between the hardware and the CUDA
+    decoders as their speeds vary, and their bytes differ: every backend is FIXED."""
+    nv = load_nvimgcodec("decoders.image", "mixed")
+    for target in (gpu_target(0, 0.65), gpu_target(0, 0.0), CPU_TARGET):
+        backends = make_backends(nv, target)
+        assert [(b.backend_kind, b.load_hint) for b in backends] == [
+            (getattr(nv.BackendKind, name.upper()), pytest.approx(hint))
+            for name, hint in backend_plan(target)]
+        assert all(b.load_hint_policy == nv.LoadHintPolicy.FIXED for b in backends)
+
+
+def test_the_decoders_allocate_ahead_for_the_pipelines_batch_and_hinted_size() -> None:
+    assert decoder_options(gpu_target(0, 0.65, batch_size=256, width_hint=640,
+                                      height_hint=480)).split() == [
+        "nvjpeg_cuda_decoder:preallocate_buffers=1",
+        "nvjpeg_hw_decoder:preallocate_batch_size=256",
+        "nvjpeg_hw_decoder:preallocate_width_hint=640",
+        "nvjpeg_hw_decoder:preallocate_height_hint=480"]
+    assert decoder_options(gpu_target(0, 0.65, batch_size=8)).split() == [
+        "nvjpeg_cuda_decoder:preallocate_buffers=1", "nvjpeg_hw_decoder:preallocate_batch_size=8"]
+    assert decoder_options(CPU_TARGET) == ""
 
 
 # -- the batched path in a pipeline, on the CPU backend -----------------------------------

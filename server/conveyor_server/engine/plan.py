@@ -247,7 +247,7 @@ def build_plan(spec: pipeline_pb2.PipelineSpec,
                 tensor_args=frozenset(op.arg_inputs), device=op.device,
                 input_layouts=tuple(plan.layouts.get(_ref(r), "") for r in op.inputs),
                 limits=limits, seed=_seed(args, spec.seed), device_id=spec.device_id,
-                callables=sources.resolve,
+                batch_size=batch, callables=sources.resolve,
             )
             built = registry.build(ctx, _form(op.type, batch_ops, op.device))
             arg_refs = {k: _ref(v) for k, v in op.arg_inputs.items()}

@@ -54,8 +54,8 @@ _WINDOW = {
     "num_attempts": Arg("int", default=10, minimum=1, maximum=1000),
 }
 #: The share of a batch's JPEGs a GPU's hardware decoder takes (DALI's; CPU: ignored), and
-#: DALI's hints of the largest image for its hardware decoder's buffers: checked (an int
-#: >= 0, as DALI's) and otherwise ignored, the decoders allocating per batch.
+#: DALI's hints of the largest image for its hardware decoder's buffers (an int >= 0, as
+#: DALI's): the GPU decoders allocate for a batch of that size once (CPU: ignored).
 _DECODER_HINTS = {"hw_decoder_load": Arg("float", default=0.65, minimum=0, maximum=1),
             "preallocate_width_hint": Arg("int", default=0, minimum=0),
             "preallocate_height_hint": Arg("int", default=0, minimum=0)}

@@ -92,6 +92,8 @@ class OpContext:
     #: The pipeline's CUDA device ordinal (``PipelineSpec.device_id``); -1: none named,
     #: the current device (0 unless the process chose another).
     device_id: int = -1
+    #: The pipeline's batch size (0 where no pipeline is at hand, as for a probe).
+    batch_size: int = 0
     #: Finds the Python callable a ``python_function`` names: (name, op index, operator,
     #: argument) to the callable, refusing one a server does not register; None: in
     #: process, any (``engine/stages/source_callables.py``).

@@ -45,7 +45,9 @@ def batch_decoder(ctx: OpContext) -> BatchDecoder:
     if ctx.device_id >= cuda_device_count():
         raise DeviceUnavailable(f"{ctx.op_type}: device_id={ctx.device_id}: this machine has "
                                 f"{cuda_device_count()} CUDA device(s)")
-    target = gpu_target(ctx.device_id, float(ctx.args["hw_decoder_load"]))
+    args = ctx.args
+    target = gpu_target(ctx.device_id, float(args["hw_decoder_load"]), ctx.batch_size,
+                        int(args["preallocate_width_hint"]), int(args["preallocate_height_hint"]))
     return BatchDecoder(ctx.op_type, ctx.device, ctx.args["output_type"], target, ctx.limits)
 
 

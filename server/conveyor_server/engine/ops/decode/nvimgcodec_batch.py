@@ -54,6 +54,12 @@ class DecodeTarget:
     device_id: int | None
     #: The share of a batch the hardware JPEG decoder takes (DALI's ``hw_decoder_load``).
     hw_decoder_load: float = 0.65
+    #: What the decoders may allocate ahead, once: the batch size, and DALI's
+    #: ``preallocate_width_hint`` and ``preallocate_height_hint`` (0: none). They change
+    #: where the decoders' buffers come from, never a decoded byte.
+    batch_size: int = 0
+    width_hint: int = 0
+    height_hint: int = 0
 
     @property
     def on_gpu(self) -> bool:
@@ -63,8 +69,35 @@ class DecodeTarget:
 CPU_TARGET = DecodeTarget(None)
 
 
-def gpu_target(device_id: int, hw_decoder_load: float) -> DecodeTarget:
-    return DecodeTarget(device_id, hw_decoder_load)
+def gpu_target(device_id: int, hw_decoder_load: float, batch_size: int = 0, width_hint: int = 0,
+               height_hint: int = 0) -> DecodeTarget:
+    return DecodeTarget(device_id, hw_decoder_load, batch_size, width_hint, height_hint)
+
+
+def decoder_options(target: DecodeTarget) -> str:
+    """nvImageCodec's options for the target's decoders: the hardware decoder's buffers
+    allocated once for a whole batch (of the hinted size, where hinted), and the CUDA
+    decoder's buffers allocated ahead rather than grown batch by batch. "" on the CPU."""
+    if not target.on_gpu:
+        return ""
+    options = ["nvjpeg_cuda_decoder:preallocate_buffers=1"]
+    for name, value in (("preallocate_batch_size", target.batch_size),
+                        ("preallocate_width_hint", target.width_hint),
+                        ("preallocate_height_hint", target.height_hint)):
+        if value > 0:
+            options.append(f"nvjpeg_hw_decoder:{name}={value}")
+    return " ".join(options)
+
+
+def make_backends(nv: Any, target: DecodeTarget) -> list[Any]:
+    """The target's ``backend_plan`` as nvImageCodec backends, each with a FIXED load
+    policy: a backend takes its hinted share of every batch, never a share that adapts to
+    how long earlier batches took (which backend decodes a sample, and so its bytes, must
+    not depend on timing)."""
+    kinds = {"hw_gpu_only": nv.BackendKind.HW_GPU_ONLY, "gpu_only": nv.BackendKind.GPU_ONLY,
+             "hybrid_cpu_gpu": nv.BackendKind.HYBRID_CPU_GPU, "cpu_only": nv.BackendKind.CPU_ONLY}
+    return [nv.Backend(kinds[name], load_hint=hint, load_hint_policy=nv.LoadHintPolicy.FIXED)
+            for name, hint in backend_plan(target)]
 
 
 def backend_plan(target: DecodeTarget) -> list[tuple[str, float]]:
@@ -115,12 +148,9 @@ class BatchDecoder:
         color = nv.ColorSpec.GRAY if output_type == "GRAY" else nv.ColorSpec.SRGB
         self._params = nv.DecodeParams(color_spec=color, allow_any_depth=False,
                                        apply_exif_orientation=True)
-        kinds = {"hw_gpu_only": nv.BackendKind.HW_GPU_ONLY, "gpu_only": nv.BackendKind.GPU_ONLY,
-                 "hybrid_cpu_gpu": nv.BackendKind.HYBRID_CPU_GPU,
-                 "cpu_only": nv.BackendKind.CPU_ONLY}
-        backends = [nv.Backend(kinds[name], load_hint=hint) for name, hint in backend_plan(target)]
         device_id = nv.NVIMGCODEC_DEVICE_CPU_ONLY if target.device_id is None else target.device_id
-        self._decoder = nv.Decoder(device_id=device_id, backends=backends)
+        self._decoder = nv.Decoder(device_id=device_id, backends=make_backends(nv, target),
+                                   options=decoder_options(target))
         # One batch at a time per operator: batches computed ahead queue here.
         self._lock = threading.Lock()
 
