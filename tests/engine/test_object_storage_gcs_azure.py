@@ -366,14 +366,22 @@ def test_azure_access_denied_names_the_container_and_no_signature(
         assert batches(pipe, 1)[0][0][0] == (dataset / "train/class_0/img_000.jpg").read_bytes()
 
 
-def test_azure_without_a_storage_account_is_refused_saying_what_to_set(
+def test_azure_without_a_storage_account_or_a_usable_key_is_refused_saying_what_to_set(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """No request is made."""
+    """No request is made; the key is in no message."""
     clear_store_env(monkeypatch)
     with pytest.raises(errors.InvalidArgument, match=r"container 'data': the server has no "
                        r"Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME"):
         Pipeline(raw(file_root="az://data/train"), data_roots=["az://data"],
                  objects=ObjectStores())
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "datasets")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "not base64: secret")
+    with pytest.raises(errors.PermissionDenied, match=r"container 'data': the server's "
+                       r"credentials for az://data cannot be used \(the server's log says "
+                       r"why\): check the Azure credentials .*AZURE_STORAGE_ACCOUNT_KEY") as raised:
+        Pipeline(raw(file_root="az://data/train"), data_roots=["az://data"],
+                 objects=ObjectStores())
+    assert "secret" not in str(raised.value)
 
 
 SPELLINGS = [

@@ -290,14 +290,14 @@ class ObjectStores:
         conf = self.settings.azure
         account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", "")
         config: dict[str, Any] = {"account_name": account} if account else {}
-        if _truthy("AZURE_STORAGE_USE_EMULATOR"):
-            pass  # Azurite at AZURITE_BLOB_STORAGE_URL, over http (obstore's own settings)
-        elif not account:
+        # Azurite: its account at AZURITE_BLOB_STORAGE_URL, over http (obstore's settings).
+        emulator = _truthy("AZURE_STORAGE_USE_EMULATOR")
+        if not account and not emulator:
             raise InvalidArgument(
                 f"container {url.bucket!r}: the server has no Azure storage account: set "
                 "AZURE_STORAGE_ACCOUNT_NAME in its environment (an az:// URL names a "
                 "container of that account)", bucket=url.bucket)
-        else:
+        if not emulator:
             endpoint = conf.endpoint or os.environ.get("AZURE_STORAGE_ENDPOINT") \
                 or os.environ.get("AZURE_ENDPOINT") or ""
             options["allow_http"] = conf.allow_http or _truthy("AZURE_ALLOW_HTTP")
