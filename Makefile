@@ -18,6 +18,9 @@ PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyP
 # adapters' frameworks (torch, TensorFlow, torchdata: ~3 GB).
 # The server's compiled kernel is rebuilt (by the editable install) when its source changes.
 KERNEL_SRC := server/setup.py server/conveyor_server/engine/ops/geometry/area_kernel.c
+# Pinned: its answers are what the tests expect; 3.35 is the last release for Node 20 (3.36
+# needs Node 21, 3.37 Node 22).
+AZURITE := azurite@3.35.0
 
 $(STAMP): client/pyproject.toml server/pyproject.toml server/constraints.txt $(KERNEL_SRC)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: Conveyor needs Python 3.11+; run make PYTHON=python3.11 ...")'
@@ -34,6 +37,10 @@ $(TEST_STAMP): $(STAMP)
 	@echo "installing test tools and the trainer adapters' frameworks into $(VENV) (log: $(LOG)) ..."
 	@# The test tools are not in the constraints file and stay as server[test] pins them.
 	@$(PIP) install -c server/constraints.txt -e ./client -e './server[test]' >> $(LOG) 2>&1 || { $(PIP_FAIL); }
+	@# Azure's storage emulator for the object storage tests (tests/support/azurite.py), from
+	@# npm into $(VENV)/azurite.
+	@npm install --prefix $(VENV)/azurite --no-audit --no-fund $(AZURITE) >> $(LOG) 2>&1 || { \
+		echo "make: could not install $(AZURITE) with npm (Node 20 or later; details in $(LOG))" >&2; exit 1; }
 	@touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)

@@ -143,6 +143,28 @@ def test_checks_beyond_types(tmp_path: Path) -> None:
     assert cfg.listen == "127.0.0.1:0"
 
 
+def test_object_storage_roots_and_settings_of_each_store(tmp_path: Path) -> None:
+    """gs:// and az:// roots as s3:// ones; object_storage.gcs and .azure from the file and
+    the environment, as the engine's settings; a misspelled root refused naming its fix."""
+    from conveyor_server.app.object_storage import object_store_settings
+    from conveyor_server.engine.data.object_store import StoreSettings
+
+    cfg = load_config(["--config", str(write(tmp_path / "s.yaml", {
+        "data_roots": ["gs://train-sets/imagenet", "az://datasets", "s3://data"],
+        "object_storage": {"gcs": {"endpoint": "https://storage.private.example"}}}))],
+        env={"CONVEYOR_OBJECT_STORAGE_AZURE_ENDPOINT": "http://127.0.0.1:10000/devstoreaccount1",
+             "CONVEYOR_OBJECT_STORAGE_AZURE_ALLOW_HTTP": "true"})
+    settings = object_store_settings(cfg.object_storage)
+    assert settings.gcs == StoreSettings("https://storage.private.example", False)
+    assert settings.azure == StoreSettings("http://127.0.0.1:10000/devstoreaccount1", True)
+    for root, message in (("abfss://datasets@acct.dfs.core.windows.net/train",
+                           r"data_roots\[0\] .*: write az://datasets/train"),
+                          ("az://Data", r"data_roots\[0\] 'az://Data': 'Data' is not a "
+                                        "container name of Azure Blob Storage")):
+        with pytest.raises(configuration.ConfigError, match=message):
+            load_config(["--data-root", root], env={})
+
+
 def test_the_data_port_from_flags_and_the_environment(tmp_path: Path) -> None:
     from conveyor_server.app.main import data_port_settings
 

@@ -1,5 +1,6 @@
-"""Fixtures of the engine's object storage tests: a real SeaweedFS (``weed``) for a test
-module, and the standard AWS environment that reaches it."""
+"""Fixtures of the engine's object storage tests: a real SeaweedFS (``weed``), a real
+fake-gcs-server (``gcs``) and a real Azurite (``azurite``), each for a test module, and
+the standard AWS environment that reaches SeaweedFS."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.azurite import AzuriteProcess
+from tests.support.fake_gcs import FakeGcsProcess
 from tests.support.seaweed import WeedProcess
 
 
@@ -26,3 +29,25 @@ def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     """The standard AWS environment, nothing Conveyor-specific."""
     for key, value in weed.env().items():
         monkeypatch.setenv(key, value)
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsProcess]:
+    """A fake-gcs-server for the module's tests, with an empty bucket ``data``."""
+    proc = FakeGcsProcess(tmp_path_factory.mktemp("gcs")).start()
+    try:
+        proc.create_bucket("data")
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
+    """An Azurite for the module's tests, with an empty container ``data``."""
+    proc = AzuriteProcess(tmp_path_factory.mktemp("azurite")).start()
+    try:
+        proc.create_container("data")
+        yield proc
+    finally:
+        proc.kill()

@@ -95,7 +95,7 @@ def test_pipelines_sharing_the_cache_fetch_each_object_once(
 
 def test_the_cache_is_bounded_least_recently_used_out_and_found_again(tmp_path: Path) -> None:
     cache = NodeCache(tmp_path, max_bytes=250)
-    names = [entry_name("b", f"k{i}", f'"etag{i}"', "") for i in range(4)]
+    names = [entry_name("s3://b", f"k{i}", f'"etag{i}"', "") for i in range(4)]
     for name in names[:2]:
         cache.put(name, b"x" * 100)
     assert cache.get(names[0], 100) == b"x" * 100  # names[1] is now the least recent

@@ -167,8 +167,8 @@ BAD = [
      r"'Not_A_Bucket' is not a bucket name"),
     ("s3://data/train/../secret", None, {}, errors.InvalidArgument,
      r"a key with an empty, '.' or '..' component is refused"),
-    ("gs://data/train", None, {}, errors.InvalidArgument,
-     r"the scheme gs:// is not served"),
+    ("abfs://data@account.dfs.core.windows.net/train", None, {}, errors.InvalidArgument,
+     r"objects of Azure Blob Storage are spelled az://CONTAINER/KEY.*write az://data/train"),
     ("s3://data/train", ["s3://data"], {"allow_http": False}, errors.InvalidArgument,
      r"bucket 'data': its endpoint 'http://127.0.0.1:\d+' is plain http.*allow_http: true"),
 ]

@@ -163,10 +163,24 @@ class BucketConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """How to reach Google Cloud Storage (``object_storage.gcs``) or Azure Blob Storage
+    (``object_storage.azure``)."""
+
+    #: GCS: the base URL (a private endpoint, an emulator), by default the service account
+    #: file's or Google's. Azure: the blob service URL, by default
+    #: ``AZURE_STORAGE_ENDPOINT`` or ``https://ACCOUNT.blob.core.windows.net``.
+    endpoint: str | None = None
+    #: Plain http to the endpoint (an emulator on a trusted network).
+    allow_http: bool = False
+
+
+@dataclass(frozen=True)
 class ObjectStorageConfig:
-    """Data roots in object storage (``s3://``). Credentials come from the standard AWS
-    environment (``AWS_ACCESS_KEY_ID``, ..., web identity, the instance's role), never
-    from here."""
+    """Data roots in object storage (``s3://``, ``gs://``, ``az://``). Credentials come
+    from each store's standard environment (``AWS_ACCESS_KEY_ID``, ...,
+    ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT_KEY``, ..., workload
+    identity, the instance's role), never from here."""
 
     #: The S3 endpoint (an on-premises store: ``https://minio.example:9000``); by default
     #: ``AWS_ENDPOINT_URL`` or AWS's.
@@ -192,9 +206,12 @@ class ObjectStorageConfig:
     #: server (none by default), and its bound in bytes.
     cache_dir: str | None = None
     cache_max_bytes: int = field(default=10 << 30, metadata={"min": 1})
-    #: Per bucket, a mapping of ``endpoint``, ``region``, ``virtual_hosted_style`` and
+    #: Per S3 bucket, a mapping of ``endpoint``, ``region``, ``virtual_hosted_style`` and
     #: ``allow_http`` replacing the settings above for that bucket.
     buckets: Mapping[str, Any] | None = None
+    #: Google Cloud Storage (``gs://``) and Azure Blob Storage (``az://``).
+    gcs: StoreConfig = field(default_factory=StoreConfig)
+    azure: StoreConfig = field(default_factory=StoreConfig)
 
 
 @dataclass(frozen=True)

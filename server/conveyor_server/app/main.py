@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                        "one the server starts a private redis-server")
     p.add_argument("--state-dir", help="where the private Redis keeps its append-only file "
                                        "(default .conveyor)")
-    p.add_argument("--data-root", action="append", metavar="DIR|s3://BUCKET[/PREFIX]",
+    p.add_argument("--data-root", action="append", metavar="DIR|s3://BUCKET[/PREFIX]|gs://...|az://...",
                    help="directory or object storage prefix pipelines may read (repeatable); "
                         "paths outside are refused")
     p.add_argument("--keep-checkpoints", type=int, help="checkpoints kept per pipeline")
@@ -141,7 +141,8 @@ def check_config(cfg: configuration.ServerConfig) -> None:
     """What the types alone do not say: refused here, with the key's path."""
     err = configuration.ConfigError
     if not cfg.data_roots:
-        raise err("data_roots: at least one directory or s3://BUCKET[/PREFIX] is required "
+        raise err("data_roots: at least one directory or object storage prefix (s3://BUCKET"
+                  "[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX]) is required "
                   "(--data-root DIR)")
     for i, root in enumerate(cfg.data_roots):
         if is_object_url(root):

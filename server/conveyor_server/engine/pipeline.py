@@ -94,7 +94,8 @@ class Pipeline:
         ``share``: a data-parallel job's rank (see ``stages/job_share.py``), starting at its step
         and global position (at or after the checkpoint's; by default the checkpoint's
         own share, or a plain pipeline's). ``objects``: the clients of object storage its
-        readers use for ``s3://`` data (a server's, shared; by default configured by the
+        readers use for ``s3://``, ``gs://`` and ``az://`` data (a server's, shared; by
+        default configured by the
         environment alone)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:

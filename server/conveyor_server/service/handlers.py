@@ -29,6 +29,7 @@ from conveyor.errors import (
 from conveyor.v1 import pipeline_pb2, service_pb2
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
 from conveyor_server.engine.data.object_store import ObjectStores
+from conveyor_server.engine.data.object_urls import is_object_url
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.pipeline import Pipeline
@@ -86,8 +87,9 @@ class ConveyorService:
         self.limits = limits
         self.address = address
         self.instance = uuid.uuid4().hex
-        #: Folders (made Path) and object roots (``s3://`` URLs, kept as given).
-        self.data_roots: list[str | Path] = [r if str(r).startswith("s3://") else Path(r)
+        #: Folders (made Path) and object roots (``s3://``, ``gs://``, ``az://`` URLs, kept
+        #: as given).
+        self.data_roots: list[str | Path] = [r if is_object_url(str(r)) else Path(r)
                                              for r in data_roots]
         self.objects = objects
         self.keep_checkpoints = keep_checkpoints

@@ -169,7 +169,8 @@ class _FileCheck:
 def resolve(args: Mapping[str, Any], roots: Roots = None,
             objects: ObjectStores | None = None) -> list[FileEntry]:
     """The reader's files in reading order (before sharding and shuffling): files, or
-    objects when the arguments are ``s3://`` URLs (``object_list.py``; ``objects``: the
+    objects when the arguments are object URLs (``s3://``, ``gs://``, ``az://``:
+    ``object_list.py``; ``objects``: the
     server's clients, by default ones configured by the environment alone)."""
     resolved = data_roots(roots)
     file_root = args.get("file_root") or ""

@@ -1,13 +1,14 @@
 """A server's disk cache of whole objects, shared by its pipelines: bounded in bytes, the
 least recently used out first.
 
-An entry is one object's bytes, keyed by bucket, key, ETag and version id, so a changed
-object is never served from the cache (its new ETag is another key; the old entry ages
-out). Entries are files named by the SHA-256 of the key, written to a temporary name and
-renamed, so a reader never sees a partial one; a hit whose size is not the listed one is
-a miss (and the file is dropped). The index of entries and their sizes is in memory,
-rebuilt from the folder at start (oldest access first). An object without an ETag is not
-cached. The cache is a cache: a failure to write one is logged and the bytes are used.
+An entry is one object's bytes, keyed by its store (scheme and bucket: ``s3://bucket``),
+key, ETag and version id, so a changed object is never served from the cache (its new ETag
+is another key; the old entry ages out). Entries are files named by the SHA-256 of the
+key, written to a temporary name and renamed, so a reader never sees a partial one; a hit
+whose size is not the listed one is a miss (and the file is dropped). The index of entries
+and their sizes is in memory, rebuilt from the folder at start (oldest access first). An
+object without an ETag is not cached. The cache is a cache: a failure to write one is
+logged and the bytes are used.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from pathlib import Path
 log = logging.getLogger("conveyor.engine")
 
 
-def entry_name(bucket: str, key: str, etag: str, version: str) -> str:
-    return hashlib.sha256("\0".join((bucket, key, etag, version)).encode()).hexdigest()
+def entry_name(store: str, key: str, etag: str, version: str) -> str:
+    """The entry of an object of ``store`` (``s3://bucket``, ``gs://bucket``, ``az://container``)."""
+    return hashlib.sha256("\0".join((store, key, etag, version)).encode()).hexdigest()
 
 
 class NodeCache:

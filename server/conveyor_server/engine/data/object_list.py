@@ -1,6 +1,6 @@
 """A file reader's list over object storage: ``file_root``, ``file_list`` and ``files``
-given as ``s3://`` URLs, each checked against the object roots and listed with its size,
-ETag and version id.
+given as object URLs (``s3://``, ``gs://``, ``az://``), each checked against the object
+roots and listed with its size, ETag and version id.
 
 The order is the one a local copy of the tree gives (``file_list._walk_sorted``): the
 classes are the first key components below ``file_root``, sorted; within a class a
@@ -112,7 +112,8 @@ def resolve_objects(file_root: str, file_list: str, files: Sequence[str] | None,
     root = places.url(file_root, "file_root")[0] if file_root else None
     if file_root and not is_object_url(file_root):
         raise InvalidArgument(f"{OP}: file_root {file_root!r} is a folder, the files object "
-                              "URLs: give both as s3:// URLs, or both as paths")
+                              "URLs: give both as object URLs (s3://, gs://, az://), or both "
+                              "as paths")
     if files and not file_list:
         if root is None:
             urls = [places.url(f, f"files[{i}]")[0] for i, f in enumerate(files)]

@@ -1,13 +1,23 @@
 """Reading object storage: one client per bucket, listings, whole objects and byte ranges,
 retried, with failures as ``conveyor.errors`` naming the bucket or key.
 
-The requests are made by obstore (Rust's ``object_store``): it signs them and takes its
-credentials as the AWS tools do (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, web identity for a Kubernetes service account, the instance's
-role); ``AWS_REGION`` and ``AWS_ENDPOINT_URL`` too. The server's configuration adds an
-endpoint, a region, path-style or virtual-hosted requests and plain http, for every bucket
-and per bucket (``ObjectStoreSettings``). Credentials are never held here, so they reach
-no message, log line or metric.
+The requests are made by obstore (Rust's ``object_store``), to S3 (``s3://``), Google Cloud
+Storage (``gs://``) or Azure Blob Storage (``az://``): the client of a bucket is made for
+its URL's scheme, and everything else (listing, reads, retries, errors, the node cache,
+fetching ahead) is the same code for all three. obstore signs the requests and takes its
+credentials from each store's standard environment: the AWS tools' (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, web identity for a Kubernetes service
+account, the instance's role; ``AWS_REGION`` and ``AWS_ENDPOINT_URL``; a profile of the
+shared files is read here, ``aws_profile.py``); Google's (``GOOGLE_APPLICATION_CREDENTIALS``
+or ``GOOGLE_SERVICE_ACCOUNT``: a service account's key file; else application default
+credentials, the metadata server of GKE's workload identity); Azure's
+(``AZURE_STORAGE_ACCOUNT_NAME``, read here, with ``AZURE_STORAGE_ACCOUNT_KEY``, a SAS in
+``AZURE_STORAGE_SAS_TOKEN``, a service principal, workload identity's
+``AZURE_FEDERATED_TOKEN_FILE``, a managed identity; ``AZURE_STORAGE_USE_EMULATOR`` for
+Azurite). The server's configuration adds, for S3, an endpoint, a region, path-style or
+virtual-hosted requests and plain http, for every bucket and per bucket; for GCS and Azure
+an endpoint and plain http (``ObjectStoreSettings``). Credentials are never held here, so
+they reach no message, log line or metric.
 
 Every request runs on one event loop thread shared by the server's pipelines (requests in
 flight wait on the network, not on a thread each). A request that fails on a server error
@@ -20,6 +30,7 @@ argument calls for (``object_errors.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -31,15 +42,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import obstore
-from obstore.store import S3Store
+from obstore.exceptions import BaseError
+from obstore.store import AzureStore, GCSStore, S3Store
 
-from conveyor.errors import InvalidArgument
+from conveyor.errors import InvalidArgument, PermissionDenied
 from conveyor_server.engine.data.aws_profile import profile_from_files
 from conveyor_server.engine.data.node_cache import NodeCache, entry_name
-from conveyor_server.engine.data.object_errors import ObjectStoreFailure, classify
+from conveyor_server.engine.data.object_errors import ObjectStoreFailure, blank_secrets, classify
 from conveyor_server.engine.data.object_urls import ObjectUrl
 
+log = logging.getLogger("conveyor.engine")
 T = TypeVar("T")
+Store = S3Store | GCSStore | AzureStore
 
 
 @dataclass(frozen=True)
@@ -56,10 +70,25 @@ class BucketSettings:
 
 
 @dataclass(frozen=True)
+class StoreSettings:
+    """How to reach Google Cloud Storage or Azure Blob Storage ("": the environment's)."""
+
+    #: GCS's base URL (a private endpoint, an emulator); Azure's blob service URL
+    #: (``https://ACCOUNT.blob.core.windows.net`` by default).
+    endpoint: str = ""
+    #: Plain http to the endpoint (an emulator on a trusted network).
+    allow_http: bool = False
+
+
+@dataclass(frozen=True)
 class ObjectStoreSettings:
+    #: S3's buckets (``s3://``).
     default: BucketSettings = field(default_factory=BucketSettings)
-    #: Per bucket: replaces ``default`` for that bucket.
+    #: Per S3 bucket: replaces ``default`` for that bucket.
     buckets: Mapping[str, BucketSettings] = field(default_factory=dict)
+    #: Google Cloud Storage's buckets (``gs://``) and Azure's containers (``az://``).
+    gcs: StoreSettings = field(default_factory=StoreSettings)
+    azure: StoreSettings = field(default_factory=StoreSettings)
     max_retries: int = 6
     #: The first backoff, doubled at each retry up to ``max_backoff_s`` (with jitter).
     backoff_s: float = 0.1
@@ -125,9 +154,33 @@ class ObjectInfo:
 
 
 def endpoint_of(settings: BucketSettings) -> str:
-    """The endpoint a bucket's requests go to: configured, else the environment's."""
+    """The endpoint an S3 bucket's requests go to: configured, else the environment's."""
     return (settings.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
             or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or "")
+
+
+def _truthy(name: str) -> bool:
+    """Whether the environment variable ``name`` says yes, as obstore reads one."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "on", "yes", "y")
+
+
+def _refuse_plain_http(url: ObjectUrl, endpoint: str, allow_http: bool, where: str) -> None:
+    if endpoint.lower().startswith("http://") and not allow_http:
+        raise InvalidArgument(
+            f"{url.holder} {url.bucket!r}: its endpoint {endpoint!r} is plain http, which this "
+            f"server does not use unless told to: set allow_http: true in {where} (an "
+            "on-premises store on a trusted network), or use an https:// endpoint",
+            bucket=url.bucket)
+
+
+def _unmade(url: ObjectUrl, exc: BaseError, check: str) -> PermissionDenied:
+    """The refusal of a client obstore cannot make from the credentials it found, logged
+    with obstore's words."""
+    log.warning("the client of %s cannot be made: %s", url.store,
+                blank_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+    return PermissionDenied(
+        f"{url.holder} {url.bucket!r}: the server's credentials for {url.store} cannot be used "
+        f"(the server's log says why): check {check}", bucket=url.bucket)
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
@@ -147,13 +200,14 @@ def _stop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 class ObjectStores:
-    """The server's clients of object storage, one per bucket, made on first use."""
+    """The server's clients of object storage, one per bucket (of each scheme), made on
+    first use."""
 
     def __init__(self, settings: ObjectStoreSettings | None = None,
                  observer: ObjectStoreObserver | None = None) -> None:
         self.settings = settings or ObjectStoreSettings()
         self.observer = observer or _Unobserved()
-        self._stores: dict[str, S3Store] = {}
+        self._stores: dict[str, Store] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         s = self.settings
@@ -165,30 +219,32 @@ class ObjectStores:
 
     # -- the clients ---------------------------------------------------------------------
 
-    def _store(self, bucket: str) -> S3Store:
+    def _store(self, url: ObjectUrl) -> Store:
         with self._lock:
-            store = self._stores.get(bucket)
+            store = self._stores.get(url.store)
             if store is None:
-                store = self._stores[bucket] = self._make(bucket)
+                store = self._stores[url.store] = self._make(url)
             return store
 
-    def _make(self, bucket: str) -> S3Store:
+    def _make(self, url: ObjectUrl) -> Store:
+        s = self.settings
+        options: dict[str, Any] = {"timeout": f"{s.request_timeout_s}s",
+                                   "connect_timeout": f"{s.connect_timeout_s}s"}
+        if url.scheme == "gs":
+            return self._gcs(url, options)
+        if url.scheme == "az":
+            return self._azure(url, options)
+        return self._s3(url, options)
+
+    def _s3(self, url: ObjectUrl, options: dict[str, Any]) -> S3Store:
+        bucket = url.bucket
         conf = self.settings.for_bucket(bucket)
         profile = profile_from_files()  # the shared AWS files, where the environment has no keys
         endpoint = endpoint_of(conf) or (profile.endpoint_url if profile else "")
-        allow_http = conf.allow_http or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true"
-        if endpoint.lower().startswith("http://") and not allow_http:
-            where = "object_storage.buckets" if bucket in self.settings.buckets \
-                else "object_storage"
-            raise InvalidArgument(
-                f"bucket {bucket!r}: its endpoint {endpoint!r} is plain http, which this server "
-                f"does not use unless told to: set allow_http: true in {where} (an "
-                "on-premises store on a trusted network), or use an https:// endpoint",
-                bucket=bucket)
-        s = self.settings
-        options: dict[str, Any] = {"allow_http": allow_http,
-                                   "timeout": f"{s.request_timeout_s}s",
-                                   "connect_timeout": f"{s.connect_timeout_s}s"}
+        allow_http = conf.allow_http or _truthy("AWS_ALLOW_HTTP")
+        _refuse_plain_http(url, endpoint, allow_http, "object_storage.buckets"
+                           if bucket in self.settings.buckets else "object_storage")
+        options["allow_http"] = allow_http
         config: dict[str, Any] = {}
         if endpoint:
             config["endpoint"] = endpoint
@@ -208,6 +264,54 @@ class ObjectStores:
         return S3Store(bucket, config=config,  # type: ignore[arg-type]
                        client_options=options,  # type: ignore[arg-type]
                        retry_config={"max_retries": 0})
+
+    def _gcs(self, url: ObjectUrl, options: dict[str, Any]) -> GCSStore:
+        """A GCS bucket's client: credentials as obstore finds them (a service account's key
+        file named by ``GOOGLE_SERVICE_ACCOUNT`` or ``GOOGLE_APPLICATION_CREDENTIALS``, else
+        application default credentials: gcloud's file, the metadata server)."""
+        conf = self.settings.gcs
+        endpoint = conf.endpoint or os.environ.get("GOOGLE_BASE_URL", "")
+        options["allow_http"] = conf.allow_http or _truthy("GOOGLE_ALLOW_HTTP")
+        _refuse_plain_http(url, endpoint, options["allow_http"], "object_storage.gcs")
+        config = {"base_url": conf.endpoint} if conf.endpoint else {}
+        try:
+            return GCSStore(url.bucket, config=config,  # type: ignore[arg-type]
+                            client_options=options,  # type: ignore[arg-type]
+                            retry_config={"max_retries": 0})
+        except BaseError as exc:
+            raise _unmade(url, exc, "the service account key file that "
+                          "GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT) names in "
+                          "the server's environment") from None
+
+    def _azure(self, url: ObjectUrl, options: dict[str, Any]) -> AzureStore:
+        """An Azure container's client, in the storage account the environment names
+        (``AZURE_STORAGE_ACCOUNT_NAME``; Azurite's with ``AZURE_STORAGE_USE_EMULATOR``),
+        with the credentials obstore finds there."""
+        conf = self.settings.azure
+        account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", "")
+        config: dict[str, Any] = {"account_name": account} if account else {}
+        # Azurite: its account at AZURITE_BLOB_STORAGE_URL, over http (obstore's settings).
+        emulator = _truthy("AZURE_STORAGE_USE_EMULATOR")
+        if not account and not emulator:
+            raise InvalidArgument(
+                f"container {url.bucket!r}: the server has no Azure storage account: set "
+                "AZURE_STORAGE_ACCOUNT_NAME in its environment (an az:// URL names a "
+                "container of that account)", bucket=url.bucket)
+        if not emulator:
+            endpoint = conf.endpoint or os.environ.get("AZURE_STORAGE_ENDPOINT") \
+                or os.environ.get("AZURE_ENDPOINT") or ""
+            options["allow_http"] = conf.allow_http or _truthy("AZURE_ALLOW_HTTP")
+            _refuse_plain_http(url, endpoint, options["allow_http"], "object_storage.azure")
+            if conf.endpoint:
+                config["endpoint"] = conf.endpoint
+        try:
+            return AzureStore(url.bucket, config=config,  # type: ignore[arg-type]
+                              client_options=options,  # type: ignore[arg-type]
+                              retry_config={"max_retries": 0})
+        except BaseError as exc:
+            raise _unmade(url, exc, "the Azure credentials in the server's environment "
+                          "(AZURE_STORAGE_ACCOUNT_KEY must be base64, AZURE_STORAGE_SAS_TOKEN a "
+                          "SAS)") from None
 
     # -- the loop the requests run on ----------------------------------------------------
 
@@ -258,7 +362,7 @@ class ObjectStores:
     async def list_async(self, url: ObjectUrl, limit: int) -> list[ObjectInfo]:
         """The objects whose keys lie below the prefix ``url`` (a key ``url.key/...``), in
         key order; at most ``limit`` (ObjectStoreFailure "too_many" past it)."""
-        store = self._store(url.bucket)
+        store = self._store(url)
         prefix = url.key + "/" if url.key else None
 
         async def listing() -> list[ObjectInfo]:
@@ -273,7 +377,7 @@ class ObjectStores:
         return await self._retried("list", url, listing)
 
     async def head_async(self, url: ObjectUrl) -> ObjectInfo:
-        store = self._store(url.bucket)
+        store = self._store(url)
 
         async def head() -> ObjectInfo:
             meta = await obstore.head_async(store, url.key)
@@ -287,7 +391,7 @@ class ObjectStores:
         cache (no cache; a range; an object listed without an ETag)."""
         if self.cache is None or info is None or not info.etag or byte_range is not None:
             return None
-        return entry_name(url.bucket, url.key, info.etag, info.version)
+        return entry_name(url.store, url.key, info.etag, info.version)
 
     def in_cache(self, url: ObjectUrl, info: ObjectInfo | None,
                  byte_range: tuple[int, int] | None = None) -> bool:
@@ -315,7 +419,7 @@ class ObjectStores:
         """The object's bytes (``byte_range``: [start, end) of them; fewer at its end);
         with ``info`` (as listed), only the same object: another ETag (or version) raises
         ObjectStoreFailure "changed"."""
-        store = self._store(url.bucket)
+        store = self._store(url)
         options: dict[str, Any] = {}
         if byte_range is not None:
             if byte_range[0] >= byte_range[1]:
@@ -331,9 +435,19 @@ class ObjectStores:
             result = await obstore.get_async(store, url.key,
                                              options=options)  # type: ignore[arg-type]
             return bytes(await result.bytes_async())
+
+        async def fetch() -> bytes:
+            try:
+                return await self._retried("get", url, get)
+            except ObjectStoreFailure as failure:
+                if failure.kind != "missing" or "version" not in options:
+                    raise
+                # The version listed is gone (GCS keeps one generation of an object that
+                # is written again): the object changed, or was removed, since its listing.
+                raise ObjectStoreFailure("changed", url, retries=failure.retries) from None
         name = self._entry(url, info, byte_range)
         if name is None or self.cache is None or info is None:
-            data = await self._retried("get", url, get)
+            data = await fetch()
             self.observer.fetched(len(data))
             return data
         # Through the node cache: one lookup (and fetch) per object at a time, which
@@ -349,7 +463,7 @@ class ObjectStores:
             if held is not None:
                 data = held
             else:
-                data = await self._retried("get", url, get)
+                data = await fetch()
                 self.observer.fetched(len(data))
                 await asyncio.to_thread(self.cache.put, name, data)
             flight.set_result(data)
@@ -362,7 +476,7 @@ class ObjectStores:
             del self._flights[name]
 
     async def get_range_async(self, url: ObjectUrl, start: int, end: int) -> bytes:
-        store = self._store(url.bucket)
+        store = self._store(url)
 
         async def get() -> bytes:
             return bytes(await obstore.get_range_async(store, url.key, start=start, end=end))

@@ -9,14 +9,14 @@ file ``<root N>/relative/path``, never the root. Without data roots (a pipeline 
 trainer's own process) files are opened and named as given.
 
 A reader given the pipeline's ``DataFiles`` (``files``: its object storage clients and
-what it fetches ahead) reads ``s3://`` files as well: each is looked up (``HEAD``: size,
-ETag, version) when the pipeline is built, checked against the object roots, and read
-whole or by byte range, only while its ETag is the listed one. A sample's reads are
-fetched ahead: as its batch starts, the reader names the objects and ranges the batch will
-read (``fetch_ahead``), their requests start at once, and the worker's read takes the
-bytes (``data/fetch_ahead.py``: one per pipeline, shared with ``readers.file``, bounded
-once). A reader without them (an LMDB database is memory-mapped) refuses an object storage
-URL, naming the argument.
+what it fetches ahead) reads objects (``s3://``, ``gs://``, ``az://``) as well: each is
+looked up (``HEAD``: size, ETag, version) when the pipeline is built, checked against the
+object roots, and read whole or by byte range, only while its ETag is the listed one. A
+sample's reads are fetched ahead: as its batch starts, the reader names the objects and
+ranges the batch will read (``fetch_ahead``), their requests start at once, and the
+worker's read takes the bytes (``data/fetch_ahead.py``: one per pipeline, shared with
+``readers.file``, bounded once). A reader without them (an LMDB database is memory-mapped)
+refuses an object storage URL, naming the argument.
 """
 
 from __future__ import annotations
