@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conveyor_server.engine.ops.geometry import random_window as random_window_module
 from conveyor_server.engine.ops.geometry.random_window import (
     WindowParams,
     random_window,
@@ -63,6 +64,16 @@ def _batched(h: np.ndarray, w: np.ndarray, params: WindowParams,
     return np.stack(out, axis=1)
 
 
+@pytest.fixture(params=[0, random_window_module._FEW], ids=["numpy to the end",
+                                                            "tail one by one"])
+def few(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The samples left below which the batch goes one by one: 0 tries every attempt of
+    every sample in numpy."""
+    monkeypatch.setattr(random_window_module, "_FEW", request.param)
+    return int(request.param)
+
+
+@pytest.mark.usefixtures("few")
 @pytest.mark.parametrize("area, ratio, attempts", PARAMS, ids=str)
 def test_the_batch_draws_each_samples_window(area: tuple[float, float],
                                             ratio: tuple[float, float], attempts: int) -> None:
@@ -82,6 +93,7 @@ def test_the_batch_draws_each_samples_window(area: tuple[float, float],
     assert (y + wh <= h).all() and (x + ww <= w).all()
 
 
+@pytest.mark.usefixtures("few")
 def test_windows_that_never_fit_take_the_fallback_in_both() -> None:
     params = window_params("random_resized_crop", (1.0, 1.0), (3.0, 4.0), 2)
     h = np.array([10, 37, 1, 500, 3, 1, 80], dtype=np.int64)
@@ -93,6 +105,7 @@ def test_windows_that_never_fit_take_the_fallback_in_both() -> None:
     assert tuple(expected[0]) == (3, 0, 3, 10)
 
 
+@pytest.mark.usefixtures("few")
 def test_keyed_draws_of_a_pipeline_give_the_same_windows() -> None:
     params = window_params("random_resized_crop", (0.08, 1.0), (3 / 4, 4 / 3), 10)
     rng = np.random.default_rng(11)
@@ -121,6 +134,7 @@ def test_an_empty_batch() -> None:
     assert all(v.shape == (0,) and v.dtype == np.int64 for v in out)
 
 
+@pytest.mark.usefixtures("few")
 def test_sizes_past_floating_point_raise_as_one_sample_does() -> None:
     # An aspect ratio near the largest double makes the window's width infinite: the
     # per-sample code raises (C's round of infinity has no integer), and so does the batch.
@@ -134,6 +148,7 @@ def test_sizes_past_floating_point_raise_as_one_sample_does() -> None:
     assert str(one.value) == str(batch.value)
 
 
+@pytest.mark.usefixtures("few")
 def test_halves_round_away_from_zero_in_both() -> None:
     # A quarter of an n x n image (n odd) with a ratio of 1 is a window of n / 2 pixels a
     # side, exactly: C's round takes (n + 1) / 2, not the even neighbour.

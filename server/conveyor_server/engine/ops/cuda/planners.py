@@ -9,16 +9,24 @@ A planner maps a batch (arrays of any device: only shapes and types are read) an
 sample's ``targs`` to a plan (``plans.py``); an error about one sample is ``SampleFailed``.
 Each registers itself for its operator (``ops.gpu_planner``), which gives the operator its
 GPU form.
+
+resize, random_resized_crop and crop_mirror_normalize plan the whole batch with numpy (the
+batched forms of the same parameter code: ``random_windows``, ``resize_plans``,
+``CmnParams.regions``; the passes in ``resize_batch.py``), with what does not depend on the
+sample (filters, normalisation coefficients) kept by the planner. Their checks run over the
+batch too; where one fails, the samples are checked one by one as the operator checks one
+sample (``_refuse``), so the error names the first sample refused and why.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from conveyor.errors import ConveyorError, InvalidArgument, SpecError
+from conveyor.errors import ConveyorError, Internal, InvalidArgument, SpecError
 from conveyor_server.engine.ops.args import (
     Targs,
     check_image,
@@ -30,10 +38,15 @@ from conveyor_server.engine.ops.args import (
 from conveyor_server.engine.ops.color import color
 from conveyor_server.engine.ops.cuda import plans, sources
 from conveyor_server.engine.ops.cuda.ops import Planner, gpu_planner
+from conveyor_server.engine.ops.cuda.resize_batch import ResizeBatcher
 from conveyor_server.engine.ops.geometry import random_resized_crop, resize, rotate, warp_affine
-from conveyor_server.engine.ops.geometry.resize_filters import FILTERED_INTERP, resize_plan
+from conveyor_server.engine.ops.geometry.random_window import (
+    random_windows,
+    window_draws_batch,
+)
+from conveyor_server.engine.ops.geometry.resize_filters import FILTERED_INTERP
 from conveyor_server.engine.ops.normalize import normalize
-from conveyor_server.engine.ops.registry import OpContext, SampleFailed
+from conveyor_server.engine.ops.registry import SAMPLE_INDEX, OpContext, SampleFailed
 
 _FLOAT = np.dtype(np.float32)
 
@@ -50,6 +63,44 @@ def _each(images: Sequence[Any], fn: Callable[[int, Any], None]) -> None:
             fn(i, image)
         except ConveyorError as exc:
             raise SampleFailed(i, exc) from None
+
+
+def _refuse(images: Sequence[Any], check: Callable[[int, Any], None]) -> NoReturn:
+    """Raise the error of the first sample ``check`` refuses (checking one sample as the
+    operator does), where a check over the batch found one."""
+    _each(images, check)
+    raise Internal("a check over the batch refused a sample that the checks of each sample "
+                   "pass: report this as a bug of the GPU planners")
+
+
+def _shapes(images: Sequence[Any]) -> np.ndarray | None:
+    """The images' shapes, (N, 3) int64; None where some sample is not an HWC image with
+    a row, a column and a channel (``check_image`` refuses it)."""
+    shapes = [image.shape for image in images]
+    if any(len(s) != 3 for s in shapes):
+        return None
+    out = np.array(shapes, dtype=np.int64).reshape(len(shapes), 3)
+    return out if out.size == 0 or out.min() >= 1 else None
+
+
+def _outputs_allowed(ctx: OpContext, shapes: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether ``ctx.limits.check_output`` passes every row of ``shapes``. What it bounds
+    grows with each extent (the larger of height and width, the pixels, the bytes), so
+    where the largest extents of the batch pass, every sample does; else each distinct
+    shape is checked."""
+    if len(shapes) == 0:
+        return True
+    try:
+        ctx.limits.check_output(tuple(shapes.max(axis=0).tolist()), dtype)
+        return True
+    except ConveyorError:
+        pass
+    for shape in set(map(tuple, shapes.tolist())):
+        try:
+            ctx.limits.check_output(shape, dtype)
+        except ConveyorError:
+            return False
+    return True
 
 
 def _one_dtype(op: str, images: Sequence[Any]) -> np.dtype:
@@ -115,7 +166,7 @@ def flip_planner(ctx: OpContext) -> Planner:
 def _slice_plan(geom: list[list[int]], fills: list[np.ndarray], dtype: np.dtype) -> plans.Plan:
     if dtype.itemsize not in sources.SLICE_ITEMSIZES:
         raise InvalidArgument(f"on device='gpu', samples of type {dtype} are not supported")
-    return plans.SlicePlan(plans.rows(geom, 9), plans.padded(fills, dtype),
+    return plans.SlicePlan(plans.pack(plans.rows(geom, 9), plans.padded(fills, dtype)),
                            [(g[3], g[4], g[2]) for g in geom], dtype)
 
 
@@ -184,9 +235,9 @@ def _warp_plan(op: str, ctx: OpContext, images: Sequence[Any], targs: Sequence[T
 
     _each(images, one)
     return plans.WarpPlan(
-        plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
-        plans.padded(fills, _FLOAT), linear, replicate, [(g[3], g[4], g[2]) for g in geom],
-        dtype, corner)
+        plans.pack(plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
+                   plans.padded(fills, _FLOAT)),
+        linear, replicate, [(g[3], g[4], g[2]) for g in geom], dtype, corner)
 
 
 # -- resize, random_resized_crop ----------------------------------------------------------
@@ -203,22 +254,35 @@ def resize_planner(ctx: OpContext) -> Planner:
     params = resize.resize_args(ctx)
     op = ctx.op_type
     _check_interp(op, params.interp_type)
+    batcher = ResizeBatcher(params.interp_type, params.antialias)
+    # The output size of an input size and a requested size, for the sizes met last.
+    output_size = functools.lru_cache(maxsize=4096)(params.request.output_size)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
         dtype = _one_dtype(op, images)
         _types(op, dtype, sources.RESIZE_TYPES)
         work = params.work_dtype(dtype)
-        jobs: list[tuple[tuple[int, ...], tuple[int, int, int, int], tuple[int, int]]] = []
 
-        def one(i: int, image: Any) -> None:
+        def check(i: int, image: Any) -> None:
             check_image(op, image)
             h, w, c = image.shape
             out_hw = params.output_size((h, w), targs[i])
             ctx.limits.check_output((*out_hw, c), work)
-            jobs.append((image.shape, (0, 0, h, w), out_hw))
 
-        _each(images, one)
-        return resize_batch(jobs, params.interp_type, params.antialias, dtype, work)
+        shapes = _shapes(images)
+        if shapes is None:
+            _refuse(images, check)
+        try:
+            outs = np.array([output_size((h, w), params.requested(t))
+                             for (h, w), t in zip(shapes[:, :2].tolist(), targs, strict=True)],
+                            dtype=np.int64).reshape(len(shapes), 2)
+        except ConveyorError:  # a size fed per sample that is refused
+            _refuse(images, check)
+        if not _outputs_allowed(ctx, np.concatenate([outs, shapes[:, 2:]], axis=1), work):
+            _refuse(images, check)
+        windows = np.zeros((len(shapes), 4), dtype=np.int64)
+        windows[:, 2:] = shapes[:, :2]
+        return batcher.plan(shapes, windows, outs, dtype, work)
 
     return plan
 
@@ -230,66 +294,31 @@ def random_resized_crop_planner(ctx: OpContext) -> Planner:
     out_hw = random_resized_crop.output_size(ctx)
     interp_type, antialias = args["interp_type"], bool(args["antialias"])
     _check_interp(op, interp_type)
+    batcher = ResizeBatcher(interp_type, antialias)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
         dtype = _one_dtype(op, images)
         _types(op, dtype, sources.RESIZE_TYPES)
-        jobs: list[tuple[tuple[int, ...], tuple[int, int, int, int], tuple[int, int]]] = []
 
-        def one(i: int, image: Any) -> None:
+        def check(i: int, image: Any) -> None:
             check_image(op, image)
             ctx.limits.check_output((*out_hw, image.shape[2]), dtype)
-            win = random_resized_crop.sample_window(ctx, window_params, image.shape[:2],
-                                                    targs[i])
-            jobs.append((image.shape, (win.y, win.x, win.h, win.w), out_hw))
 
-        _each(images, one)
-        return resize_batch(jobs, interp_type, antialias, dtype, dtype)
+        shapes = _shapes(images)
+        if shapes is None:
+            _refuse(images, check)
+        outs = np.empty((len(shapes), 2), dtype=np.int64)
+        outs[:] = out_hw
+        if not _outputs_allowed(ctx, np.concatenate([outs, shapes[:, 2:]], axis=1), dtype):
+            _refuse(images, check)
+        # Each sample's keyed draws, by its global index (``random_resized_crop.sample_index``).
+        indices = np.array([t[SAMPLE_INDEX] for t in targs], dtype=np.uint64).reshape(len(targs))
+        draws = window_draws_batch(ctx.seed, ctx.index, indices, window_params)
+        windows = np.stack(random_windows(shapes[:, 0], shapes[:, 1], window_params, draws),
+                           axis=1)
+        return batcher.plan(shapes, windows, outs, dtype, dtype)
 
     return plan
-
-
-def resize_batch(jobs: Sequence[tuple[tuple[int, ...], tuple[int, int, int, int],
-                                      tuple[int, int]]],
-                 interp_type: str, antialias: bool, in_dtype: np.dtype,
-                 work: np.dtype) -> plans.ResizeBatchPlan:
-    """The two passes resizing each (image shape, window (y, x, h, w), output size)."""
-    first: list[list[int]] = []
-    second: list[list[int]] = []
-    starts: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-    weights: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-    offsets = [[0, 0], [0, 0]]  # per pass: start offset, weight offset
-    mids: list[tuple[int, ...]] = []
-    outs: list[tuple[int, ...]] = []
-    round_first = int(work.kind != "f")
-    for (_, full_w, c), (y0, x0, h, w), (out_h, out_w) in jobs:
-        rp = resize_plan((h, w), (out_h, out_w), interp_type, antialias)
-        cols_first = rp.first == "cols"
-        mid_h, mid_w = (h, out_w) if cols_first else (out_h, w)
-        order = ((rp.cols, 1), (rp.rows, 0)) if cols_first else ((rp.rows, 0), (rp.cols, 1))
-        for n, (flt, axis) in enumerate(order):
-            starts[n].append(flt.start)
-            weights[n].append(flt.weights.reshape(-1))
-            if n == 0:
-                first.append([h, w, full_w * c, (y0 * full_w + x0) * c, c, mid_h, mid_w, axis,
-                              *offsets[0], flt.taps, int(rp.round_between) * round_first])
-            else:
-                second.append([mid_h, mid_w, mid_w * c, 0, c, out_h, out_w, axis,
-                               *offsets[1], flt.taps, 0])
-            offsets[n][0] += flt.start.size
-            offsets[n][1] += flt.weights.size
-        mids.append((mid_h, mid_w, c))
-        outs.append((out_h, out_w, c))
-
-    def concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(1, dtype)
-
-    return plans.ResizeBatchPlan(
-        plans.ResizePass(plans.rows(first, 12), concat(starts[0], np.int32),
-                         concat(weights[0], np.float32), mids),
-        plans.ResizePass(plans.rows(second, 12), concat(starts[1], np.int32),
-                         concat(weights[1], np.float32), outs),
-        in_dtype, work)
 
 
 # -- crop_mirror_normalize, cast, colour --------------------------------------------------
@@ -309,31 +338,51 @@ def _input_layout(ctx: OpContext) -> str:
 def crop_mirror_normalize_planner(ctx: OpContext) -> Planner:
     p = normalize.cmn_params(ctx)
     _types(p.op, p.dtype, sources.CMN_OUTPUTS, "outputs")
+    # mean and std are constants: the coefficients depend on the channels alone.
+    coefficients = functools.lru_cache(maxsize=16)(p.coefficients)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
         dtype = _one_dtype(p.op, images)
         _types(p.op, dtype, sources.CMN_INPUTS)
-        geom: list[list[int]] = []
-        muls: list[np.ndarray] = []
-        adds: list[np.ndarray] = []
 
-        def one(i: int, image: Any) -> None:
+        def check(i: int, image: Any) -> None:
             check_image(p.op, image)
-            y, x, h, w, mirror = p.region(image.shape, targs[i])
+            _, _, h, w, _ = p.region(image.shape, targs[i])
             c = image.shape[2]
             ctx.limits.check_output((h, w, p.channels_out(c)), p.dtype)
-            mul, add = p.coefficients(c)
-            geom.append([image.shape[0], image.shape[1], c, y, x, h, w, int(mirror),
-                         p.channels_out(c)])
-            muls.append(mul)
-            adds.append(add)
+            p.coefficients(c)
 
-        _each(images, one)
-        shapes = [normalize.output_shape((g[5], g[6]), chw=p.chw, channels_out=g[8])
-                  for g in geom]
-        return plans.NormalizePlan(plans.rows(geom, 9), plans.padded(muls, _FLOAT),
-                                   plans.padded(adds, _FLOAT), p.chw, list(shapes), dtype,
-                                   p.dtype)
+        shapes = _shapes(images)
+        if shapes is None:
+            _refuse(images, check)
+        regions = p.regions(shapes, targs)
+        if regions is None:
+            _refuse(images, check)
+        y, x, h, w, mirror = regions
+        c = shapes[:, 2]
+        channels = np.unique(c).tolist()
+        out_c = np.zeros(len(c), dtype=np.int64)
+        for k in channels:
+            out_c[c == k] = p.channels_out(k)
+        if not _outputs_allowed(ctx, np.stack([h, w, out_c], axis=1), p.dtype):
+            _refuse(images, check)
+        try:
+            coefs = {k: coefficients(k) for k in channels}
+        except ConveyorError:  # mean or std have neither one value nor one per channel
+            _refuse(images, check)
+        packed = plans.packed([((len(c), 9), np.int64),
+                               ((len(c), max(channels, default=1)), _FLOAT),
+                               ((len(c), max(channels, default=1)), _FLOAT)])
+        geom, mul, add = packed.arrays
+        for column, values in enumerate((shapes[:, 0], shapes[:, 1], c, y, x, h, w, mirror,
+                                         out_c)):
+            geom[:, column] = values
+        for k, (k_mul, k_add) in coefs.items():
+            rows = c == k
+            mul[rows, :k], add[rows, :k] = k_mul, k_add
+        shape = (out_c, h, w) if p.chw else (h, w, out_c)
+        out_shapes = list(zip(*(v.tolist() for v in shape), strict=True))
+        return plans.NormalizePlan(packed, p.chw, out_shapes, dtype, p.dtype)
 
     return plan
 
@@ -350,8 +399,8 @@ def cast_planner(ctx: OpContext) -> Planner:
         ctx.limits.check_bytes(max(counts, default=0) * dtype.itemsize,
                                f"its output would be {max(counts, default=0):,} values of "
                                f"{dtype}")
-        return plans.CastPlan(np.array(counts, dtype=np.int64), [tuple(v.shape) for v in images],
-                              in_dtype, dtype)
+        return plans.CastPlan(plans.pack(np.array(counts, dtype=np.int64)),
+                              [tuple(v.shape) for v in images], in_dtype, dtype)
 
     return plan
 
@@ -388,8 +437,9 @@ def color_planner(ctx: OpContext) -> Planner:
 
         _each(images, one)
         width = 2 if kind == "brightness_contrast" else 12
-        return plans.ColorPlan(kind, plans.rows(geom, 2),
-                               np.array(coefs, dtype=np.float32).reshape(-1, width),
+        return plans.ColorPlan(kind, plans.pack(plans.rows(geom, 2),
+                                                np.array(coefs, dtype=np.float32)
+                                                .reshape(-1, width)),
                                [tuple(v.shape) for v in images], in_dtype, out)
 
     return plan

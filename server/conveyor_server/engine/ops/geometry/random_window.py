@@ -122,10 +122,18 @@ class WindowDraws:
 
 def random_window(height: int, width: int, params: WindowParams, draws: np.ndarray) -> Window:
     """The window for an image of ``height`` x ``width`` from its ``draws``."""
+    win = _placed(height, width, params, draws, 0)
+    return win if win is not None else _fallback(height, width, params)
+
+
+def _placed(height: int, width: int, params: WindowParams, draws: np.ndarray,
+            first: int) -> Window | None:
+    """The window of the first attempt from attempt ``first`` on that fits; None when none
+    does."""
     (a_lo, a_hi), (r_lo, r_hi) = params.area, params.ratio
     log_lo, log_hi = math.log(r_lo), math.log(r_hi)
     total = float(height) * float(width)
-    for k in range(params.attempts):
+    for k in range(first, params.attempts):
         area = (a_lo + float(draws[2 * k]) * (a_hi - a_lo)) * total
         ratio = math.exp(log_lo + float(draws[2 * k + 1]) * (log_hi - log_lo))
         w = round_half_away(math.sqrt(area * ratio))
@@ -134,7 +142,7 @@ def random_window(height: int, width: int, params: WindowParams, draws: np.ndarr
             y = _pick(float(draws[-2]), height - h)
             x = _pick(float(draws[-1]), width - w)
             return Window(y, x, h, w)
-    return _fallback(height, width, params)
+    return None
 
 
 def _fallback(height: int, width: int, params: WindowParams) -> Window:
@@ -154,6 +162,9 @@ def _pick(u: float, most: int) -> int:
     return min(int(u * (most + 1)), most)
 
 
+#: The samples left unplaced below which ``random_windows`` tries them one by one.
+_FEW = 16
+
 #: A batch's windows: top-left corners (y, x) and sizes (h, w), int64, one per sample.
 Windows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -169,9 +180,11 @@ def random_windows(heights: np.ndarray | Sequence[int], widths: np.ndarray | Seq
     correctly rounded in numpy as in Python, and C's ``round`` is ``floor(|x| + 0.5)`` for
     the non-negative sizes; only the aspect ratio's ``exp`` is the C library's
     (``math.exp``, one call per sample still unplaced, as ``random_window`` makes), since
-    numpy's may differ in the last bit. The samples that every attempt misses take
-    ``random_window``'s own fallback. A size that is not finite (extreme arguments) makes
-    every sample go through ``random_window``, which raises as it does."""
+    numpy's may differ in the last bit. Once a few samples are left (``_FEW``), their
+    remaining attempts are ``random_window``'s own, sample by sample (cheaper than numpy's
+    calls on a few values), and so is the fallback of those every attempt misses. A size
+    that is not finite (extreme arguments) makes every sample go through ``random_window``,
+    which raises as it does."""
     heights = np.asarray(heights, dtype=np.int64).reshape(-1)
     widths = np.asarray(widths, dtype=np.int64).reshape(-1)
     n = heights.size
@@ -182,11 +195,9 @@ def random_windows(heights: np.ndarray | Sequence[int], widths: np.ndarray | Seq
     height_f, width_f = heights.astype(np.float64), widths.astype(np.float64)
     total = height_f * width_f
     out_h, out_w = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    placed = np.zeros(n, dtype=bool)
     left = np.arange(n)  # the samples no attempt has placed yet
-    for k in range(params.attempts):
-        if left.size == 0:
-            break
+    k = 0
+    while k < params.attempts and left.size > _FEW:
         area = (a_lo + draws[left, 2 * k] * a_span) * total[left]
         ratio = np.array([math.exp(v) for v in (log_lo + draws[left, 2 * k + 1] * log_span
                                                  ).tolist()], dtype=np.float64)
@@ -199,12 +210,15 @@ def random_windows(heights: np.ndarray | Sequence[int], widths: np.ndarray | Seq
         fits = (w > 0) & (w <= width_f[left]) & (h > 0) & (h <= height_f[left])
         won = left[fits]
         out_w[won], out_h[won] = w[fits], h[fits]
-        placed[won] = True
         left = left[~fits]
+        k += 1
     y = _picks(draws[:, -2], heights - out_h)
     x = _picks(draws[:, -1], widths - out_w)
-    for i in np.flatnonzero(~placed).tolist():
-        win = _fallback(int(heights[i]), int(widths[i]), params)
+    for i in left.tolist():  # the attempts left, then the fallback, as random_window's
+        height, width = int(heights[i]), int(widths[i])
+        win = _placed(height, width, params, draws[i], k)
+        if win is None:
+            win = _fallback(height, width, params)
         y[i], x[i], out_h[i], out_w[i] = win.y, win.x, win.h, win.w
     return y, x, out_h, out_w
 

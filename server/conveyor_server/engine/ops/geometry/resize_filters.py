@@ -10,7 +10,8 @@ each it covers. Weights are float32, as OpenCV's tables; a tap past the edge rea
 pixel (the kernels clamp every index).
 
 ``resize_steps`` is the choice of filters the CPU operator makes (``resize.resize_image``
-follows it); ``resize_plan`` turns the same steps into one filter per axis.
+follows it); ``resize_plan`` turns the same steps into one filter per axis, and
+``resize_plans`` makes the same choice for every resize of a batch at once, as arrays.
 """
 
 from __future__ import annotations
@@ -121,6 +122,13 @@ def resize_steps(in_hw: tuple[int, int], out_hw: tuple[int, int], interp_type: s
 
 
 _FILTERS = {"nn": nearest_filter, "linear": linear_filter, "area": area_filter}
+#: The filters by code (``resize_plans`` names them by their index here).
+KINDS = ("nn", "linear", "area")
+
+
+def axis_filter(kind: int, in_size: int, out_size: int) -> AxisFilter:
+    """The filter ``KINDS[kind]`` taking ``in_size`` pixels to ``out_size``."""
+    return _FILTERS[KINDS[kind]](in_size, out_size)
 #: The interpolations these filters define (the GPU operators take these).
 FILTERED_INTERP = frozenset(("nn", "linear"))
 
@@ -152,3 +160,42 @@ def resize_plan(in_hw: tuple[int, int], out_hw: tuple[int, int], interp_type: st
     if mid_w != w:  # the columns shrink first
         return ResizePlan(linear_filter(h, out_h), area_filter(w, out_w), "cols", True)
     return ResizePlan(area_filter(h, out_h), linear_filter(w, out_w), "rows", True)
+
+
+@dataclass(frozen=True)
+class ResizePlans:
+    """``resize_plan`` of each resize of a batch, as arrays (one element per resize): the
+    filter of the rows and of the columns (codes: indices into ``KINDS``), whether the
+    columns are filtered first (``first == "cols"``), and ``round_between``."""
+
+    rows: np.ndarray  # int64 codes
+    cols: np.ndarray  # int64 codes
+    cols_first: np.ndarray  # bool
+    round_between: np.ndarray  # bool
+
+
+def resize_plans(in_h: np.ndarray, in_w: np.ndarray, out_h: np.ndarray, out_w: np.ndarray,
+                 interp_type: str, antialias: bool) -> ResizePlans:
+    """``resize_plan`` of every ((in_h, in_w), (out_h, out_w)) at once: the same choice of
+    ``resize_steps``, written over arrays."""
+    if interp_type not in FILTERED_INTERP:
+        raise ValueError(f"no separable filter is defined for interp_type {interp_type!r}")
+    nn, area = KINDS.index("nn"), KINDS.index("area")
+    rows = np.full(len(in_h), KINDS.index(interp_type), dtype=np.int64)
+    cols = rows.copy()
+    cols_first = np.ones(len(in_h), dtype=bool)
+    round_between = np.zeros(len(in_h), dtype=bool)
+    if antialias and interp_type == "linear":
+        grows = (out_h >= in_h) & (out_w >= in_w)  # interpolated, one step
+        shrinks = (out_h <= in_h) & (out_w <= in_w) & ~grows  # averaged, one step
+        mixed = ~(grows | shrinks)  # the shrinking axis averaged first, then rounded
+        rows[shrinks], cols[shrinks] = area, area
+        cols_shrink = mixed & (out_w < in_w)
+        rows_shrink = mixed & ~(out_w < in_w)
+        cols[cols_shrink] = area
+        rows[rows_shrink] = area
+        cols_first[rows_shrink] = False
+        round_between[mixed] = True
+    same = (out_h == in_h) & (out_w == in_w)  # a copy: nearest, one step
+    rows[same], cols[same] = nn, nn
+    return ResizePlans(rows, cols, cols_first, round_between)
