@@ -19,6 +19,7 @@ from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.ops.args import Targs
 from conveyor_server.engine.ops.cuda import plans
 from conveyor_server.engine.ops.cuda.ops import PLANNERS
+from conveyor_server.engine.ops.cuda.resize_batch import ResizeBatcher
 from conveyor_server.engine.ops.registry import SAMPLE_INDEX, OpContext, SampleFailed
 from tests.support.op_helpers import op_context
 from tests.support.reference_planners import REFERENCE
@@ -313,3 +314,19 @@ def test_the_limits_grow_with_every_extent() -> None:
         except ConveyorError:
             continue
         limits.check_output(tuple(np.minimum(small, big).tolist()), "float32")
+
+
+def test_the_kept_filters_are_bounded_and_change_no_value() -> None:
+    # Keeping 16 filters, each batch needs more: those it does not use are dropped.
+    small = ResizeBatcher("linear", True, keep=16)
+    reference = REFERENCE["resize"](context("resize", size=(50, 40)))
+    rng = np.random.default_rng(6)
+    for _ in range(6):
+        images = [image(h, w) for h, w in sizes(rng, 30, most=400)]
+        shapes = np.array([im.shape for im in images], dtype=np.int64)
+        windows = np.zeros((len(images), 4), dtype=np.int64)
+        windows[:, 2:] = shapes[:, :2]
+        outs = np.tile(np.array([50, 40], dtype=np.int64), (len(images), 1))
+        new = small.plan(shapes, windows, outs, np.dtype(np.uint8), np.dtype(np.uint8))
+        assert_same_plan(new, reference(images, [{} for _ in images]))
+        assert 16 < len(small.filters) <= 2 * len(images)  # this batch's, no more

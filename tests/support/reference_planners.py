@@ -14,8 +14,10 @@ import numpy as np
 from conveyor.errors import ConveyorError
 from conveyor_server.engine.ops.args import Targs, check_image
 from conveyor_server.engine.ops.cuda import plans, sources
+from conveyor_server.engine.ops.cuda.batch_checks import check_types as _types
+from conveyor_server.engine.ops.cuda.batch_checks import one_dtype as _one_dtype
 from conveyor_server.engine.ops.cuda.ops import Planner
-from conveyor_server.engine.ops.cuda.planners import _check_interp, _one_dtype, _types
+from conveyor_server.engine.ops.cuda.resize_planners import check_interp as _check_interp
 from conveyor_server.engine.ops.geometry import random_resized_crop, resize
 from conveyor_server.engine.ops.geometry.resize_filters import resize_plan
 from conveyor_server.engine.ops.normalize import normalize

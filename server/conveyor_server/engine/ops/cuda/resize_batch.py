@@ -5,29 +5,82 @@ sample's two separable passes (``resize.cu``) as the arrays of one
 The filters are ``resize_filters``' own: which filter each axis takes is ``resize_plans``
 (``resize_plan`` over arrays), and each filter, a pure function of its kind and two sizes,
 is kept by the ``ResizeBatcher`` of one operator (its planner, built per pipeline) for the
-sizes met last. The arrays are written straight into the plan's packed buffer.
+sizes met last (``KeptFilters``); those a batch needs and does not find are computed
+together (``resize_filters.nearest_filters``, ...). The arrays are written straight into the
+plan's packed buffer.
 """
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 
 from conveyor_server.engine.ops.cuda import plans
-from conveyor_server.engine.ops.geometry.resize_filters import axis_filter, resize_plans
+from conveyor_server.engine.ops.geometry.resize_filters import (
+    KINDS,
+    AxisFilter,
+    area_filters,
+    linear_filters,
+    nearest_filters,
+    resize_plans,
+)
 
 #: A filter as the plan takes it: starts (int32), weights flattened (float32), taps.
-_Filter = tuple[np.ndarray, np.ndarray, int]
+Filter = tuple[np.ndarray, np.ndarray, int]
+#: A filter's key: its kind (an index into ``KINDS``), input and output sizes.
+FilterKey = tuple[int, int, int]
+
+_MAKE: dict[str, Callable[[Sequence[int], Sequence[int]], list[AxisFilter]]] = {
+    "nn": nearest_filters, "linear": linear_filters, "area": area_filters}
+
+
+class KeptFilters:
+    """Filters by key, kept for the keys met last: at most ``keep`` (each a few KB); when
+    more are met, those the current batch does not use are dropped. The filters a batch
+    needs and does not find are computed together, per kind. A filter is a pure function
+    of its key, so what is kept changes the time only, never a value."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._kept: dict[FilterKey, Filter] = {}
+        self._lock = threading.Lock()  # for writers; a reader sees one dict or the next
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, keys: list[FilterKey]) -> list[Filter]:
+        kept = self._kept
+        found = [kept.get(key) for key in keys]
+        missing = sorted({key for key, flt in zip(keys, found, strict=True) if flt is None})
+        if not missing:
+            return cast(list[Filter], found)
+        made: dict[FilterKey, Filter] = {}
+        for code, kind in enumerate(KINDS):
+            wanted = [key for key in missing if key[0] == code]
+            if wanted:
+                filters = _MAKE[kind]([k[1] for k in wanted], [k[2] for k in wanted])
+                made.update((key, (f.start, f.weights.reshape(-1), f.taps))
+                            for key, f in zip(wanted, filters, strict=True))
+        with self._lock:
+            kept = {**self._kept, **made}
+            if len(kept) > self._keep:  # keep this batch's
+                used = set(keys)
+                kept = {key: flt for key, flt in kept.items() if key in used}
+            self._kept = kept
+        return [flt if flt is not None else made[key]
+                for key, flt in zip(keys, found, strict=True)]
 
 
 class ResizeBatcher:
     """Plans the resizes of one operator (``interp_type``, ``antialias``), batch by batch,
-    keeping the last ``keep`` filters it computed (each a few KB)."""
+    keeping the last ``keep`` filters it computed."""
 
-    def __init__(self, interp_type: str, antialias: bool, keep: int = 2048) -> None:
+    def __init__(self, interp_type: str, antialias: bool, keep: int = 4096) -> None:
         self.interp_type, self.antialias = interp_type, antialias
-        self._filter = functools.lru_cache(maxsize=keep)(_filter)
+        self.filters = KeptFilters(keep)
 
     def plan(self, shapes: np.ndarray, windows: np.ndarray, outs: np.ndarray,
              in_dtype: np.dtype, work: np.dtype) -> plans.ResizeBatchPlan:
@@ -49,9 +102,10 @@ class ResizeBatcher:
         size_in = (np.where(cols_first, w, h), np.where(cols_first, h, w))
         size_out = (np.where(cols_first, out_w, out_h), np.where(cols_first, out_h, out_w))
         mid_h, mid_w = np.where(cols_first, h, out_h), np.where(cols_first, out_w, w)
-        filters = [[self._filter(*key) for key in zip(kind[p].tolist(), size_in[p].tolist(),
-                                                       size_out[p].tolist(), strict=True)]
-                   for p in (0, 1)]
+        keys = [list(zip(kind[p].tolist(), size_in[p].tolist(), size_out[p].tolist(),
+                         strict=True)) for p in (0, 1)]
+        both = self.filters.get(keys[0] + keys[1])
+        filters = (both[:n], both[n:])
         taps = [np.array([f[2] for f in filters[p]], dtype=np.int64) for p in (0, 1)]
         # Starts: one per output pixel of the pass's axis; weights: taps per start.
         counts = [size_out[p] for p in (0, 1)]
@@ -83,11 +137,6 @@ class ResizeBatcher:
         out_shapes: list[plans.Shape] = list(zip(out_h.tolist(), out_w.tolist(), c_list,
                                                  strict=True))
         return plans.ResizeBatchPlan(packed, mids, out_shapes, in_dtype, work)
-
-
-def _filter(kind: int, in_size: int, out_size: int) -> _Filter:
-    flt = axis_filter(kind, in_size, out_size)
-    return flt.start, flt.weights.reshape(-1), flt.taps
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
