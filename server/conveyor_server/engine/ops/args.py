@@ -37,32 +37,62 @@ ArgGetter = Callable[[Targs], float]
 # -- arguments and images ----------------------------------------------------------------
 
 
+class ScalarArg:
+    """A scalar argument given as a constant or fed per sample. Called with one sample's
+    ``targs``: its value (per-sample values are checked against ``lo``/``hi`` then);
+    ``batch``: a batch's values at once."""
+
+    __slots__ = ("_constant", "_hi", "_lo", "_name", "_op")
+
+    def __init__(self, op: str, name: str, lo: float | None, hi: float | None,
+                 constant: float | None) -> None:
+        self._op, self._name, self._lo, self._hi = op, name, lo, hi
+        self._constant = constant
+
+    def __call__(self, targs: Targs) -> float:
+        if self._constant is not None:
+            return self._constant
+        name, lo, hi = self._name, self._lo, self._hi
+        value = np.asarray(targs[name])
+        if value.size != 1:
+            raise InvalidArgument(f"{self._op}: argument '{name}' must be one number per "
+                                  f"sample, got an array of shape {value.shape}")
+        number = float(value.reshape(()))
+        too_low = lo is not None and number < lo
+        too_high = hi is not None and number > hi
+        if not math.isfinite(number) or too_low or too_high:
+            raise InvalidArgument(f"{self._op}: argument '{name}' got {number!r} for this "
+                                  f"sample{_limits(lo, hi)}")
+        return number
+
+    def batch(self, targs: Sequence[Targs]) -> np.ndarray | None:
+        """Each sample's value (float64, what calling it gives), or None where some
+        sample's value would be refused (calling it with that sample's ``targs`` says
+        why)."""
+        if self._constant is not None:
+            return np.full(len(targs), self._constant)
+        name, lo, hi = self._name, self._lo, self._hi
+        try:
+            values = np.array([t[name] for t in targs], dtype=np.float64)
+        except (KeyError, TypeError, ValueError):  # missing, not numbers, or ragged
+            return None
+        if values.size != len(targs):  # some sample's is not one number
+            return None
+        values = values.reshape(len(targs))
+        ok = bool(np.isfinite(values).all()) and (lo is None or bool((values >= lo).all())) \
+            and (hi is None or bool((values <= hi).all()))
+        return values if ok else None
+
+
 def scalar_arg(ctx: OpContext, name: str, lo: float | None = None,
-               hi: float | None = None) -> ArgGetter:
+               hi: float | None = None) -> ScalarArg:
     """A getter for a scalar argument given as a constant or fed per sample.
 
     Constants were range-checked against the schema already; per-sample values are checked
     here, against ``lo``/``hi``, when the sample runs.
     """
-    if name not in ctx.tensor_args:
-        constant = float(ctx.args[name])
-        return lambda targs: constant
-    op = ctx.op_type
-
-    def per_sample(targs: Targs) -> float:
-        value = np.asarray(targs[name])
-        if value.size != 1:
-            raise InvalidArgument(f"{op}: argument '{name}' must be one number per sample, "
-                                  f"got an array of shape {value.shape}")
-        number = float(value.reshape(()))
-        too_low = lo is not None and number < lo
-        too_high = hi is not None and number > hi
-        if not math.isfinite(number) or too_low or too_high:
-            raise InvalidArgument(f"{op}: argument '{name}' got {number!r} for this sample"
-                                  f"{_limits(lo, hi)}")
-        return number
-
-    return per_sample
+    constant = None if name in ctx.tensor_args else float(ctx.args[name])
+    return ScalarArg(ctx.op_type, name, lo, hi, constant)
 
 
 def _limits(lo: float | None, hi: float | None) -> str:
@@ -105,6 +135,12 @@ def round_half_away(x: float) -> int:
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
+def round_half_away_each(x: np.ndarray) -> np.ndarray:
+    """``round_half_away`` of each of ``x`` (float64, finite, below 2**63), int64: the same
+    correctly rounded float64 steps."""
+    return np.copysign(np.floor(np.abs(x) + 0.5), x).astype(np.int64)
+
+
 def with_channels(result: np.ndarray, channels: int) -> np.ndarray:
     # OpenCV returns an (H, W) array for a one-channel (H, W, 1) input.
     return result.reshape(result.shape[0], result.shape[1], channels)
@@ -127,8 +163,8 @@ class CropWindow:
     op: str
     #: (height, width) of the window, in pixels.
     size: tuple[int, int]
-    pos_x: ArgGetter
-    pos_y: ArgGetter
+    pos_x: ScalarArg
+    pos_y: ScalarArg
 
     def anchor(self, in_hw: tuple[int, int], targs: Targs) -> tuple[int, int]:
         """Top-left corner (y, x): ``round((in - crop) * pos)`` per axis, as DALI.
@@ -138,6 +174,17 @@ class CropWindow:
         (h, w), (ch, cw) = in_hw, self.size
         return (round_half_away((h - ch) * self.pos_y(targs)),
                 round_half_away((w - cw) * self.pos_x(targs)))
+
+    def anchors(self, heights: np.ndarray, widths: np.ndarray,
+                targs: Sequence[Targs]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``anchor`` of each sample of a batch, (y, x) int64 arrays; None where some
+        sample's position is refused (``anchor`` of that sample says why)."""
+        pos_y, pos_x = self.pos_y.batch(targs), self.pos_x.batch(targs)
+        if pos_y is None or pos_x is None:
+            return None
+        (ch, cw) = self.size
+        return (round_half_away_each((heights - ch) * pos_y),
+                round_half_away_each((widths - cw) * pos_x))
 
     def out_of_bounds(self, in_hw: tuple[int, int], anchor: tuple[int, int]) -> InvalidArgument:
         (h, w), (ch, cw), (y, x) = in_hw, self.size, anchor
@@ -197,6 +244,24 @@ def window_region(anchor: tuple[int, int], size: tuple[int, int], in_hw: tuple[i
         y0, y1, x0, x1 = max(y, 0), min(y + ch, h), max(x, 0), min(x + cw, w)
         return y0, x0, max(y0, y1) - y0, max(x0, x1) - x0
     return y, x, ch, cw
+
+
+def window_regions(y: np.ndarray, x: np.ndarray, size: tuple[int, int], heights: np.ndarray,
+                   widths: np.ndarray, policy: str,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``window_region`` of each sample of a batch (anchors ``y``, ``x``, images of
+    ``heights`` x ``widths``), (y, x, height, width) int64 arrays; None where some window
+    does not fit and the policy is "error"."""
+    ch, cw = size
+    if policy == "error":
+        fits = (y >= 0) & (x >= 0) & (y + ch <= heights) & (x + cw <= widths)
+        if not fits.all():
+            return None
+    if policy == "trim_to_shape":  # a window that fits is its own part inside the image
+        y0, y1 = np.maximum(y, 0), np.minimum(y + ch, heights)
+        x0, x1 = np.maximum(x, 0), np.minimum(x + cw, widths)
+        return y0, x0, np.maximum(y0, y1) - y0, np.maximum(x0, x1) - x0
+    return y, x, np.full(len(y), ch, dtype=np.int64), np.full(len(y), cw, dtype=np.int64)
 
 
 def crop_image(window: CropWindow, image: np.ndarray, targs: Targs, policy: str,

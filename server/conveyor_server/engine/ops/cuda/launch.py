@@ -2,8 +2,9 @@
 
 Every launch covers the whole batch: ``blockIdx.z`` (``blockIdx.y`` for cast) is the
 sample, and the grid spans the largest sample; threads past a sample's extent return. The
-samples' device pointers and the plan's arrays are copied to the device once per launch;
-every output of a batch lives in one allocation, and the samples are views of it.
+samples' device pointers, and the plan's arrays packed in one buffer (``plans.Packed``), are
+copied to the device once per launch, one copy each; every output of a batch lives in one
+allocation, and the samples are views of it.
 
 Everything here runs on the device's compute stream (``streams.py``): the uploads, the
 allocations and the launches, so an operator's kernels follow the work that produced its
@@ -82,6 +83,11 @@ def _pointers(arrays: Sequence[Any]) -> Any:
     return cp.asarray(np.array([a.data.ptr for a in arrays], dtype=np.uint64))
 
 
+def _upload(packed: plans.Packed) -> list[Any]:
+    """A plan's arrays on the device: one copy of their packed buffer, and views of it."""
+    return packed.views(_cupy().asarray(packed.buffer))
+
+
 def _grid2(extents: Sequence[tuple[int, int]], samples: int) -> tuple[int, int, int]:
     """Blocks covering the widest (x) and tallest (y) sample, one z layer per sample."""
     wide = max((e[0] for e in extents), default=1)
@@ -92,7 +98,6 @@ def _grid2(extents: Sequence[tuple[int, int]], samples: int) -> tuple[int, int, 
 def run(plan: plans.Plan, images: Sequence[Any], device_id: int) -> list[Any]:
     """The plan's outputs for ``images`` (CuPy arrays on ``device_id``), enqueued on its
     compute stream."""
-    cp = _cupy()
     if not images:
         return []
     if isinstance(plan, plans.TransferPlan):
@@ -101,52 +106,49 @@ def run(plan: plans.Plan, images: Sequence[Any], device_id: int) -> list[Any]:
         ins = _pointers(images)
         n = len(images)
         if isinstance(plan, plans.ResizeBatchPlan):
+            params = _upload(plan.packed)
             mid, mid_ptrs = _outputs(plan.first.out_shapes, np.dtype(np.float32))
-            _resize_pass(plan.first, f"resize_first_{plan.in_dtype.name}", ins, mid_ptrs,
-                         device_id)
+            _resize_pass(plan.first, params[:3], f"resize_first_{plan.in_dtype.name}", ins,
+                         mid_ptrs, device_id)
             outs, out_ptrs = _outputs(plan.out_shapes, plan.dtype)
-            _resize_pass(plan.second, f"resize_second_{plan.dtype.name}", _pointers(mid),
-                         out_ptrs, device_id)
+            _resize_pass(plan.second, params[3:], f"resize_second_{plan.dtype.name}",
+                         _pointers(mid), out_ptrs, device_id)
             return outs
         outs, out_ptrs = _outputs(plan.out_shapes, plan.dtype)
+        params = _upload(plan.packed)
         if isinstance(plan, plans.SlicePlan):
             extents = [(int(g[4] * g[2]), int(g[3])) for g in plan.geom]
             kernel(f"slice_flip_{plan.dtype.itemsize}", device_id)(
                 _grid2(extents, n), _BLOCK_2D,
-                (ins, out_ptrs, cp.asarray(plan.geom), cp.asarray(plan.fill),
-                 np.int32(plan.fill.shape[1])))
+                (ins, out_ptrs, *params, np.int32(plan.fill.shape[1])))
         elif isinstance(plan, plans.WarpPlan):
             extents = [(int(g[4]), int(g[3])) for g in plan.geom]
             kernel(f"warp_affine_{plan.dtype.name}", device_id)(
                 _grid2(extents, n), _BLOCK_2D,
-                (ins, out_ptrs, cp.asarray(plan.geom), cp.asarray(plan.matrix),
-                 cp.asarray(plan.fill), np.int32(plan.fill.shape[1]), np.int32(plan.linear),
+                (ins, out_ptrs, *params, np.int32(plan.fill.shape[1]), np.int32(plan.linear),
                  np.int32(plan.replicate), np.int32(plan.corner)))
         elif isinstance(plan, plans.NormalizePlan):
             extents = [(int(g[6]), int(g[5])) for g in plan.geom]
             kernel(f"crop_mirror_normalize_{plan.in_dtype.name}_{plan.dtype.name}", device_id)(
                 _grid2(extents, n), _BLOCK_2D,
-                (ins, out_ptrs, cp.asarray(plan.geom), cp.asarray(plan.mul),
-                 cp.asarray(plan.add), np.int32(plan.mul.shape[1]), np.int32(plan.chw)))
+                (ins, out_ptrs, *params, np.int32(plan.mul.shape[1]), np.int32(plan.chw)))
         elif isinstance(plan, plans.CastPlan):
             most = int(plan.counts.max(initial=1))
             kernel(f"cast_{plan.in_dtype.name}_{plan.dtype.name}", device_id)(
                 (max(1, -(-most // _BLOCK_1D)), n, 1), (_BLOCK_1D, 1, 1),
-                (ins, out_ptrs, cp.asarray(plan.counts)))
+                (ins, out_ptrs, *params))
         else:
             items = [int(g[0]) * (int(g[1]) if plan.kind == "brightness_contrast" else 1)
                      for g in plan.geom]
             kernel(f"{plan.kind}_{plan.in_dtype.name}_{plan.dtype.name}", device_id)(
                 (max(1, -(-max(items) // _BLOCK_1D)), 1, n), (_BLOCK_1D, 1, 1),
-                (ins, out_ptrs, cp.asarray(plan.geom), cp.asarray(plan.coef)))
+                (ins, out_ptrs, *params))
         return outs
 
 
-def _resize_pass(step: plans.ResizePass, name: str, src_ptrs: Any, dst_ptrs: Any,
-                 device_id: int) -> None:
-    cp = _cupy()
+def _resize_pass(step: plans.ResizePass, params: list[Any], name: str, src_ptrs: Any,
+                 dst_ptrs: Any, device_id: int) -> None:
+    """``params``: the pass's geom, starts and weights on the device."""
     extents = [(int(g[6]), int(g[5])) for g in step.geom]
     kernel(name, device_id)(
-        _grid2(extents, len(extents)), _BLOCK_2D,
-        (src_ptrs, dst_ptrs, cp.asarray(step.geom), cp.asarray(step.starts),
-         cp.asarray(step.weights)))
+        _grid2(extents, len(extents)), _BLOCK_2D, (src_ptrs, dst_ptrs, *params))

@@ -1,18 +1,25 @@
 """Plans for the GPU operators, computed on the host by the CPU operators' own parameter
-code: rotate's geometry (``RotateArgs``), resize's sizes (``ResizeArgs``) and filters
-(``resize_filters``), crop regions (``crop_region``), the crop_mirror_normalize coefficients
-(``CmnParams``), the colour coefficients (``color.py``), warp_affine's matrices
-(``WarpAffineArgs``) and random_resized_crop's keyed windows (``sample_window``). Nothing
-here computes a parameter of its own.
+code: rotate's geometry (``RotateArgs``), crop regions (``crop_region``), the
+crop_mirror_normalize coefficients and regions (``CmnParams``), the colour coefficients
+(``color.py``) and warp_affine's matrices (``WarpAffineArgs``); resize's and
+random_resized_crop's are in ``resize_planners.py``. Nothing here computes a parameter of
+its own.
 
 A planner maps a batch (arrays of any device: only shapes and types are read) and each
 sample's ``targs`` to a plan (``plans.py``); an error about one sample is ``SampleFailed``.
 Each registers itself for its operator (``ops.gpu_planner``), which gives the operator its
 GPU form.
+
+resize and random_resized_crop (``resize_planners.py``) and crop_mirror_normalize plan the
+whole batch with numpy (the batched forms of the same parameter code: ``random_windows``,
+``resize_plans``, ``CmnParams.regions``; the passes in ``resize_batch.py``), with what does
+not depend on the sample (filters, normalisation coefficients) kept by the planner; their
+checks run over the batch too (``batch_checks.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,35 +36,20 @@ from conveyor_server.engine.ops.args import (
 )
 from conveyor_server.engine.ops.color import color
 from conveyor_server.engine.ops.cuda import plans, sources
+from conveyor_server.engine.ops.cuda.batch_checks import (
+    check_types,
+    each,
+    one_dtype,
+    outputs_allowed,
+    refuse,
+    shapes_of,
+)
 from conveyor_server.engine.ops.cuda.ops import Planner, gpu_planner
-from conveyor_server.engine.ops.geometry import random_resized_crop, resize, rotate, warp_affine
-from conveyor_server.engine.ops.geometry.resize_filters import FILTERED_INTERP, resize_plan
+from conveyor_server.engine.ops.geometry import rotate, warp_affine
 from conveyor_server.engine.ops.normalize import normalize
-from conveyor_server.engine.ops.registry import OpContext, SampleFailed
+from conveyor_server.engine.ops.registry import OpContext
 
 _FLOAT = np.dtype(np.float32)
-
-
-def _types(op: str, dtype: np.dtype, allowed: Sequence[str], what: str = "images") -> None:
-    if dtype.name not in allowed:
-        raise InvalidArgument(f"{op}: on device='gpu', {what} of type {dtype} are not supported "
-                              f"(supported: {', '.join(allowed)})")
-
-
-def _each(images: Sequence[Any], fn: Callable[[int, Any], None]) -> None:
-    for i, image in enumerate(images):
-        try:
-            fn(i, image)
-        except ConveyorError as exc:
-            raise SampleFailed(i, exc) from None
-
-
-def _one_dtype(op: str, images: Sequence[Any]) -> np.dtype:
-    dtypes = {np.dtype(im.dtype) for im in images}
-    if len(dtypes) > 1:
-        raise InvalidArgument(f"{op}: the samples of a batch must share a type, got "
-                              f"{sorted(str(t) for t in dtypes)}")
-    return dtypes.pop() if dtypes else np.dtype(np.uint8)
 
 
 # -- crop, flip ---------------------------------------------------------------------------
@@ -72,7 +64,7 @@ def crop_planner(ctx: OpContext) -> Planner:
     fill_values = args["fill_values"] or (0.0,)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
+        dtype = one_dtype(op, images)
         geom: list[list[int]] = []
         fills: list[np.ndarray] = []
 
@@ -84,7 +76,7 @@ def crop_planner(ctx: OpContext) -> Planner:
             geom.append([h, w, c, ch, cw, y, x, 0, 0])
             fills.append(crop_fill(op, fill_values, c, dtype))
 
-        _each(images, one)
+        each(images, one)
         return _slice_plan(geom, fills, dtype)
 
     return plan
@@ -97,7 +89,7 @@ def flip_planner(ctx: OpContext) -> Planner:
     vertical = scalar_arg(ctx, "vertical", 0, 1)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
+        dtype = one_dtype(op, images)
         geom: list[list[int]] = []
 
         def one(i: int, image: Any) -> None:
@@ -106,7 +98,7 @@ def flip_planner(ctx: OpContext) -> Planner:
             geom.append([h, w, c, h, w, 0, 0, int(bool(horizontal(targs[i]))),
                          int(bool(vertical(targs[i])))])
 
-        _each(images, one)
+        each(images, one)
         return _slice_plan(geom, [np.zeros(g[2], dtype) for g in geom], dtype)
 
     return plan
@@ -115,7 +107,7 @@ def flip_planner(ctx: OpContext) -> Planner:
 def _slice_plan(geom: list[list[int]], fills: list[np.ndarray], dtype: np.dtype) -> plans.Plan:
     if dtype.itemsize not in sources.SLICE_ITEMSIZES:
         raise InvalidArgument(f"on device='gpu', samples of type {dtype} are not supported")
-    return plans.SlicePlan(plans.rows(geom, 9), plans.padded(fills, dtype),
+    return plans.SlicePlan(plans.pack(plans.rows(geom, 9), plans.padded(fills, dtype)),
                            [(g[3], g[4], g[2]) for g in geom], dtype)
 
 
@@ -131,8 +123,8 @@ def rotate_planner(ctx: OpContext) -> Planner:
                                            "rotate interpolates with 'nn' or 'linear'")
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
-        _types(op, dtype, sources.WARP_TYPES)
+        dtype = one_dtype(op, images)
+        check_types(op, dtype, sources.WARP_TYPES)
         return _warp_plan(op, ctx, images, targs, params.geometry, params.fill,
                           params.interp_type == "linear", params.fill_value is None, dtype)
 
@@ -145,8 +137,8 @@ def warp_affine_planner(ctx: OpContext) -> Planner:
     op = ctx.op_type
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
-        _types(op, dtype, sources.WARP_TYPES)
+        dtype = one_dtype(op, images)
+        check_types(op, dtype, sources.WARP_TYPES)
         if params.dtype is not None and params.dtype != dtype:
             raise InvalidArgument(f"{op}: on device='gpu' the output keeps the input's type "
                                   f"({dtype}), got dtype={params.dtype.name}: leave dtype "
@@ -182,114 +174,11 @@ def _warp_plan(op: str, ctx: OpContext, images: Sequence[Any], targs: Sequence[T
         matrices.append(matrix.reshape(6).astype(np.float32))
         fills.append(np.zeros(c) if fill is None else fill)
 
-    _each(images, one)
+    each(images, one)
     return plans.WarpPlan(
-        plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
-        plans.padded(fills, _FLOAT), linear, replicate, [(g[3], g[4], g[2]) for g in geom],
-        dtype, corner)
-
-
-# -- resize, random_resized_crop ----------------------------------------------------------
-
-
-def _check_interp(op: str, interp_type: str) -> None:
-    if interp_type not in FILTERED_INTERP:
-        raise SpecError(op, "interp_type", f"got {interp_type!r}: on device='gpu' "
-                                           f"{op} interpolates with 'nn' or 'linear'")
-
-
-@gpu_planner("resize")
-def resize_planner(ctx: OpContext) -> Planner:
-    params = resize.resize_args(ctx)
-    op = ctx.op_type
-    _check_interp(op, params.interp_type)
-
-    def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
-        _types(op, dtype, sources.RESIZE_TYPES)
-        work = params.work_dtype(dtype)
-        jobs: list[tuple[tuple[int, ...], tuple[int, int, int, int], tuple[int, int]]] = []
-
-        def one(i: int, image: Any) -> None:
-            check_image(op, image)
-            h, w, c = image.shape
-            out_hw = params.output_size((h, w), targs[i])
-            ctx.limits.check_output((*out_hw, c), work)
-            jobs.append((image.shape, (0, 0, h, w), out_hw))
-
-        _each(images, one)
-        return resize_batch(jobs, params.interp_type, params.antialias, dtype, work)
-
-    return plan
-
-
-@gpu_planner("random_resized_crop", keyed=True)
-def random_resized_crop_planner(ctx: OpContext) -> Planner:
-    op, args = ctx.op_type, ctx.args
-    window_params = random_resized_crop.params_of(ctx)
-    out_hw = random_resized_crop.output_size(ctx)
-    interp_type, antialias = args["interp_type"], bool(args["antialias"])
-    _check_interp(op, interp_type)
-
-    def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(op, images)
-        _types(op, dtype, sources.RESIZE_TYPES)
-        jobs: list[tuple[tuple[int, ...], tuple[int, int, int, int], tuple[int, int]]] = []
-
-        def one(i: int, image: Any) -> None:
-            check_image(op, image)
-            ctx.limits.check_output((*out_hw, image.shape[2]), dtype)
-            win = random_resized_crop.sample_window(ctx, window_params, image.shape[:2],
-                                                    targs[i])
-            jobs.append((image.shape, (win.y, win.x, win.h, win.w), out_hw))
-
-        _each(images, one)
-        return resize_batch(jobs, interp_type, antialias, dtype, dtype)
-
-    return plan
-
-
-def resize_batch(jobs: Sequence[tuple[tuple[int, ...], tuple[int, int, int, int],
-                                      tuple[int, int]]],
-                 interp_type: str, antialias: bool, in_dtype: np.dtype,
-                 work: np.dtype) -> plans.ResizeBatchPlan:
-    """The two passes resizing each (image shape, window (y, x, h, w), output size)."""
-    first: list[list[int]] = []
-    second: list[list[int]] = []
-    starts: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-    weights: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-    offsets = [[0, 0], [0, 0]]  # per pass: start offset, weight offset
-    mids: list[tuple[int, ...]] = []
-    outs: list[tuple[int, ...]] = []
-    round_first = int(work.kind != "f")
-    for (_, full_w, c), (y0, x0, h, w), (out_h, out_w) in jobs:
-        rp = resize_plan((h, w), (out_h, out_w), interp_type, antialias)
-        cols_first = rp.first == "cols"
-        mid_h, mid_w = (h, out_w) if cols_first else (out_h, w)
-        order = ((rp.cols, 1), (rp.rows, 0)) if cols_first else ((rp.rows, 0), (rp.cols, 1))
-        for n, (flt, axis) in enumerate(order):
-            starts[n].append(flt.start)
-            weights[n].append(flt.weights.reshape(-1))
-            if n == 0:
-                first.append([h, w, full_w * c, (y0 * full_w + x0) * c, c, mid_h, mid_w, axis,
-                              *offsets[0], flt.taps, int(rp.round_between) * round_first])
-            else:
-                second.append([mid_h, mid_w, mid_w * c, 0, c, out_h, out_w, axis,
-                               *offsets[1], flt.taps, 0])
-            offsets[n][0] += flt.start.size
-            offsets[n][1] += flt.weights.size
-        mids.append((mid_h, mid_w, c))
-        outs.append((out_h, out_w, c))
-
-    def concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(1, dtype)
-
-    return plans.ResizeBatchPlan(
-        plans.ResizePass(plans.rows(first, 12), concat(starts[0], np.int32),
-                         concat(weights[0], np.float32), mids),
-        plans.ResizePass(plans.rows(second, 12), concat(starts[1], np.int32),
-                         concat(weights[1], np.float32), outs),
-        in_dtype, work)
+        plans.pack(plans.rows(geom, 5), np.array(matrices, dtype=np.float32).reshape(-1, 6),
+                   plans.padded(fills, _FLOAT)),
+        linear, replicate, [(g[3], g[4], g[2]) for g in geom], dtype, corner)
 
 
 # -- crop_mirror_normalize, cast, colour --------------------------------------------------
@@ -308,32 +197,52 @@ def _input_layout(ctx: OpContext) -> str:
 @gpu_planner("crop_mirror_normalize", layout=_cmn_layout)
 def crop_mirror_normalize_planner(ctx: OpContext) -> Planner:
     p = normalize.cmn_params(ctx)
-    _types(p.op, p.dtype, sources.CMN_OUTPUTS, "outputs")
+    check_types(p.op, p.dtype, sources.CMN_OUTPUTS, "outputs")
+    # mean and std are constants: the coefficients depend on the channels alone.
+    coefficients = functools.lru_cache(maxsize=16)(p.coefficients)
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        dtype = _one_dtype(p.op, images)
-        _types(p.op, dtype, sources.CMN_INPUTS)
-        geom: list[list[int]] = []
-        muls: list[np.ndarray] = []
-        adds: list[np.ndarray] = []
+        dtype = one_dtype(p.op, images)
+        check_types(p.op, dtype, sources.CMN_INPUTS)
 
-        def one(i: int, image: Any) -> None:
+        def check(i: int, image: Any) -> None:
             check_image(p.op, image)
-            y, x, h, w, mirror = p.region(image.shape, targs[i])
+            _, _, h, w, _ = p.region(image.shape, targs[i])
             c = image.shape[2]
             ctx.limits.check_output((h, w, p.channels_out(c)), p.dtype)
-            mul, add = p.coefficients(c)
-            geom.append([image.shape[0], image.shape[1], c, y, x, h, w, int(mirror),
-                         p.channels_out(c)])
-            muls.append(mul)
-            adds.append(add)
+            p.coefficients(c)
 
-        _each(images, one)
-        shapes = [normalize.output_shape((g[5], g[6]), chw=p.chw, channels_out=g[8])
-                  for g in geom]
-        return plans.NormalizePlan(plans.rows(geom, 9), plans.padded(muls, _FLOAT),
-                                   plans.padded(adds, _FLOAT), p.chw, list(shapes), dtype,
-                                   p.dtype)
+        shapes = shapes_of(images)
+        if shapes is None:
+            refuse(images, check)
+        regions = p.regions(shapes, targs)
+        if regions is None:
+            refuse(images, check)
+        y, x, h, w, mirror = regions
+        c = shapes[:, 2]
+        channels = np.unique(c).tolist()
+        out_c = np.zeros(len(c), dtype=np.int64)
+        for k in channels:
+            out_c[c == k] = p.channels_out(k)
+        if not outputs_allowed(ctx, np.stack([h, w, out_c], axis=1), p.dtype):
+            refuse(images, check)
+        try:
+            coefs = {k: coefficients(k) for k in channels}
+        except ConveyorError:  # mean or std have neither one value nor one per channel
+            refuse(images, check)
+        packed = plans.packed([((len(c), 9), np.int64),
+                               ((len(c), max(channels, default=1)), _FLOAT),
+                               ((len(c), max(channels, default=1)), _FLOAT)])
+        geom, mul, add = packed.arrays
+        for column, values in enumerate((shapes[:, 0], shapes[:, 1], c, y, x, h, w, mirror,
+                                         out_c)):
+            geom[:, column] = values
+        for k, (k_mul, k_add) in coefs.items():
+            rows = c == k
+            mul[rows, :k], add[rows, :k] = k_mul, k_add
+        shape = (out_c, h, w) if p.chw else (h, w, out_c)
+        out_shapes = list(zip(*(v.tolist() for v in shape), strict=True))
+        return plans.NormalizePlan(packed, p.chw, out_shapes, dtype, p.dtype)
 
     return plan
 
@@ -341,17 +250,17 @@ def crop_mirror_normalize_planner(ctx: OpContext) -> Planner:
 @gpu_planner("cast", layout=_input_layout)
 def cast_planner(ctx: OpContext) -> Planner:
     op, dtype = ctx.op_type, np.dtype(ctx.args["dtype"])
-    _types(op, dtype, sources.CAST_TYPES, "outputs")
+    check_types(op, dtype, sources.CAST_TYPES, "outputs")
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        in_dtype = _one_dtype(op, images)
-        _types(op, in_dtype, sources.CAST_TYPES, "samples")
+        in_dtype = one_dtype(op, images)
+        check_types(op, in_dtype, sources.CAST_TYPES, "samples")
         counts = [int(np.prod(v.shape)) for v in images]
         ctx.limits.check_bytes(max(counts, default=0) * dtype.itemsize,
                                f"its output would be {max(counts, default=0):,} values of "
                                f"{dtype}")
-        return plans.CastPlan(np.array(counts, dtype=np.int64), [tuple(v.shape) for v in images],
-                              in_dtype, dtype)
+        return plans.CastPlan(plans.pack(np.array(counts, dtype=np.int64)),
+                              [tuple(v.shape) for v in images], in_dtype, dtype)
 
     return plan
 
@@ -373,10 +282,10 @@ def color_planner(ctx: OpContext) -> Planner:
     kind = "brightness_contrast" if make is bc else "color_matrix"
 
     def plan(images: Sequence[Any], targs: Sequence[Targs]) -> plans.Plan:
-        in_dtype = _one_dtype(op, images)
+        in_dtype = one_dtype(op, images)
         out = color.out_dtype(ctx, in_dtype)
-        _types(op, in_dtype, sources.COLOR_TYPES)
-        _types(op, out, sources.COLOR_TYPES, "outputs")
+        check_types(op, in_dtype, sources.COLOR_TYPES)
+        check_types(op, out, sources.COLOR_TYPES, "outputs")
         geom: list[list[int]] = []
         coefs: list[np.ndarray] = []
 
@@ -386,10 +295,11 @@ def color_planner(ctx: OpContext) -> Planner:
             geom.append([h * w, c])
             coefs.append(params(targs[i], in_dtype, out).reshape(-1))
 
-        _each(images, one)
+        each(images, one)
         width = 2 if kind == "brightness_contrast" else 12
-        return plans.ColorPlan(kind, plans.rows(geom, 2),
-                               np.array(coefs, dtype=np.float32).reshape(-1, width),
+        return plans.ColorPlan(kind, plans.pack(plans.rows(geom, 2),
+                                                np.array(coefs, dtype=np.float32)
+                                                .reshape(-1, width)),
                                [tuple(v.shape) for v in images], in_dtype, out)
 
     return plan

@@ -2,37 +2,95 @@
 as arrays, built on the host by ``planners.py`` from the CPU operators' own parameter code.
 
 A plan is all a launch needs besides the images: ``launch.run`` copies its arrays to the
-device and launches its kernels once per batch; ``reference.run`` computes the same outputs
-with numpy from the same plan. Shapes are HWC; geometry arrays are int64, one row per
-sample, in the order the kernel source documents.
+device (packed in one buffer, ``Packed``: one copy per plan) and launches its kernels once
+per batch; ``reference.run`` computes the same outputs with numpy from the same plan.
+Shapes are HWC; geometry arrays are int64, one row per sample, in the order the kernel
+source documents.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 Shape = tuple[int, ...]
 
 
+#: Each packed array starts on a multiple of this many bytes (any element type's alignment).
+ALIGN = 16
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A plan's parameter arrays in one host buffer, each starting ``ALIGN``-byte aligned,
+    so that a launch copies them to the device in one transfer and hands the kernels views
+    of the copy (``views``). ``arrays`` are views of ``buffer``, in the kernel's order."""
+
+    buffer: np.ndarray  # uint8, 1-D
+    arrays: tuple[np.ndarray, ...]
+    #: Where each array starts in ``buffer``, in bytes.
+    offsets: tuple[int, ...]
+
+    def views(self, copy: Any) -> list[Any]:
+        """The arrays as views of ``copy``: a copy of ``buffer`` (numpy or CuPy, 1-D
+        uint8), laid out as it is."""
+        return [copy[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
+                for at, a in zip(self.offsets, self.arrays, strict=True)]
+
+
+def packed(parts: Sequence[tuple[Shape, np.dtype | type]]) -> Packed:
+    """Zeroed arrays of these shapes and types, packed in one buffer, to fill in place."""
+    offsets = []
+    total = 0
+    for shape, dtype in parts:
+        offsets.append(total)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        total += -(-nbytes // ALIGN) * ALIGN
+    buffer = np.zeros(max(total, ALIGN), dtype=np.uint8)
+    arrays = tuple(buffer[at:at + math.prod(shape) * np.dtype(dtype).itemsize]
+                   .view(dtype).reshape(shape)
+                   for at, (shape, dtype) in zip(offsets, parts, strict=True))
+    return Packed(buffer, arrays, tuple(offsets))
+
+
+def pack(*arrays: np.ndarray) -> Packed:
+    """Copies of ``arrays`` (same shapes and types) packed in one buffer."""
+    out = packed([(a.shape, a.dtype) for a in arrays])
+    for dst, src in zip(out.arrays, arrays, strict=True):
+        dst[...] = src
+    return out
+
+
 @dataclass(frozen=True)
 class SlicePlan:
     """crop and flip (``slice.cu``)."""
 
-    geom: np.ndarray  # (N, 9): in_h, in_w, channels, out_h, out_w, y0, x0, flip_x, flip_y
-    fill: np.ndarray  # (N, channels) in the sample type
+    #: geom (N, 9) int64: in_h, in_w, channels, out_h, out_w, y0, x0, flip_x, flip_y;
+    #: fill (N, channels) in the sample type.
+    packed: Packed
     out_shapes: list[Shape]
     dtype: np.dtype
+
+    @property
+    def geom(self) -> np.ndarray:
+        return self.packed.arrays[0]
+
+    @property
+    def fill(self) -> np.ndarray:
+        return self.packed.arrays[1]
 
 
 @dataclass(frozen=True)
 class WarpPlan:
     """rotate and warp_affine (``warp.cu``)."""
 
-    geom: np.ndarray  # (N, 5): in_h, in_w, channels, out_h, out_w
-    matrix: np.ndarray  # (N, 6) float32: the output-to-input map
-    fill: np.ndarray  # (N, channels) float32
+    #: geom (N, 5) int64: in_h, in_w, channels, out_h, out_w; matrix (N, 6) float32: the
+    #: output-to-input map; fill (N, channels) float32.
+    packed: Packed
     linear: bool
     replicate: bool
     out_shapes: list[Shape]
@@ -40,6 +98,18 @@ class WarpPlan:
     #: ``matrix`` maps pixel corners and nearest takes the floor, as DALI's warp_affine
     #: (see ``warp.cu``); False: OpenCV's pixel centres, nearest rounds.
     corner: bool = False
+
+    @property
+    def geom(self) -> np.ndarray:
+        return self.packed.arrays[0]
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self.packed.arrays[1]
+
+    @property
+    def fill(self) -> np.ndarray:
+        return self.packed.arrays[2]
 
 
 @dataclass(frozen=True)
@@ -57,37 +127,61 @@ class ResizeBatchPlan:
     """resize and random_resized_crop: two passes (the sample type to float32, then
     float32 to ``dtype``)."""
 
-    first: ResizePass
-    second: ResizePass
+    #: The first pass's geom, starts and weights, then the second's (``ResizePass``).
+    packed: Packed
+    mid_shapes: list[Shape]
+    out_shapes: list[Shape]
     in_dtype: np.dtype
     dtype: np.dtype
 
     @property
-    def out_shapes(self) -> list[Shape]:
-        return self.second.out_shapes
+    def first(self) -> ResizePass:
+        geom, starts, weights = self.packed.arrays[:3]
+        return ResizePass(geom, starts, weights, self.mid_shapes)
+
+    @property
+    def second(self) -> ResizePass:
+        geom, starts, weights = self.packed.arrays[3:]
+        return ResizePass(geom, starts, weights, self.out_shapes)
 
 
 @dataclass(frozen=True)
 class NormalizePlan:
     """crop_mirror_normalize (``normalize.cu``)."""
 
-    geom: np.ndarray  # (N, 9): in_h, in_w, channels, y0, x0, out_h, out_w, mirror, channels_out
-    mul: np.ndarray  # (N, channels) float32
-    add: np.ndarray  # (N, channels) float32
+    #: geom (N, 9) int64: in_h, in_w, channels, y0, x0, out_h, out_w, mirror,
+    #: channels_out; mul and add (N, channels) float32.
+    packed: Packed
     chw: bool
     out_shapes: list[Shape]
     in_dtype: np.dtype
     dtype: np.dtype
+
+    @property
+    def geom(self) -> np.ndarray:
+        return self.packed.arrays[0]
+
+    @property
+    def mul(self) -> np.ndarray:
+        return self.packed.arrays[1]
+
+    @property
+    def add(self) -> np.ndarray:
+        return self.packed.arrays[2]
 
 
 @dataclass(frozen=True)
 class CastPlan:
     """cast (``cast.cu``): samples of any shape."""
 
-    counts: np.ndarray  # (N,) values per sample
+    packed: Packed  # counts (N,) int64: values per sample
     out_shapes: list[Shape]
     in_dtype: np.dtype
     dtype: np.dtype
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self.packed.arrays[0]
 
 
 @dataclass(frozen=True)
@@ -96,11 +190,18 @@ class ColorPlan:
     and color_twist ("color_matrix": coef (N, 12), a 3x4 matrix) (``color.cu``)."""
 
     kind: str
-    geom: np.ndarray  # (N, 2): pixels, channels
-    coef: np.ndarray  # float32
+    packed: Packed  # geom (N, 2) int64: pixels, channels; coef float32
     out_shapes: list[Shape]
     in_dtype: np.dtype
     dtype: np.dtype
+
+    @property
+    def geom(self) -> np.ndarray:
+        return self.packed.arrays[0]
+
+    @property
+    def coef(self) -> np.ndarray:
+        return self.packed.arrays[1]
 
 
 @dataclass(frozen=True)

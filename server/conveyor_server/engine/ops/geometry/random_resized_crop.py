@@ -51,7 +51,9 @@ def output_size(ctx: OpContext) -> tuple[int, int]:
 
 def sample_window(ctx: OpContext, params: WindowParams, in_hw: tuple[int, int],
                   targs: Targs) -> Window:
-    """The sample's crop window, drawn by its global index (CPU and GPU operators alike)."""
+    """The sample's crop window, drawn by its global index: the window the operators draw
+    (the CPU operator's draws a block of samples at a time, the GPU planner's a batch's
+    windows at once, ``random_windows``), one sample alone."""
     draws = window_draws(ctx.seed, ctx.index, sample_index(targs), params)
     return random_window(in_hw[0], in_hw[1], params, draws)
 

@@ -18,14 +18,15 @@ from conveyor.definition.normalization import folded_coefficients, next_pow2
 from conveyor.definition.schemas.registry import DTYPES
 from conveyor.errors import SpecError
 from conveyor_server.engine.ops.args import (
-    ArgGetter,
     CropWindow,
+    ScalarArg,
     Targs,
     check_image,
     crop_region,
     crop_window,
     per_channel,
     scalar_arg,
+    window_regions,
 )
 from conveyor_server.engine.ops.normalize import normalize_table
 from conveyor_server.engine.ops.probes.inputs import image
@@ -169,6 +170,10 @@ def normalize(view: np.ndarray, mul: np.ndarray, add: np.ndarray, dtype: np.dtyp
     return out
 
 
+#: A batch's crop windows and mirrors: y, x, height, width (int64) and mirror (bool).
+Regions = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 @dataclass(frozen=True)
 class CmnParams:
     """What ``crop_mirror_normalize`` does to each sample, read once from its arguments:
@@ -176,7 +181,7 @@ class CmnParams:
 
     op: str
     window: CropWindow | None
-    mirror: ArgGetter
+    mirror: ScalarArg
     mean: Sequence[float]
     std: Sequence[float]
     scale: float
@@ -196,6 +201,24 @@ class CmnParams:
         y, x, ch, cw = (0, 0, h, w) if self.window is None else \
             crop_region(self.window, (h, w), targs, "error")
         return y, x, ch, cw, bool(self.mirror(targs))
+
+    def regions(self, shapes: np.ndarray, targs: Sequence[Targs]) -> Regions | None:
+        """``region`` of each sample of a batch (``shapes``: (N, 3) int64, HWC) as arrays:
+        y, x, height, width (int64) and mirror (bool); None where some sample's is refused
+        (its ``region`` says why)."""
+        heights, widths = shapes[:, 0], shapes[:, 1]
+        mirror = self.mirror.batch(targs)
+        if mirror is None:
+            return None
+        if self.window is None:
+            return (np.zeros(len(shapes), dtype=np.int64), np.zeros(len(shapes), dtype=np.int64),
+                    heights.copy(), widths.copy(), mirror != 0)
+        anchors = self.window.anchors(heights, widths, targs)
+        if anchors is None:
+            return None
+        # This schema has no out_of_bounds_policy for this operator: DALI's default, "error".
+        region = window_regions(*anchors, self.window.size, heights, widths, "error")
+        return None if region is None else (*region, mirror != 0)
 
     def view(self, image: np.ndarray, targs: Targs) -> np.ndarray:
         """The sample's cropped, mirrored pixels (a view where possible), HWC."""

@@ -3,6 +3,8 @@ kernel computes, in the same arithmetic (float32 products and sums in the kernel
 no fused multiply-adds, the same rounding and saturation). On a GPU the kernels are checked
 against them (``tests/engine/test_cuda_gpu.py``); on any machine they are checked against the CPU
 operators (``tests/engine/test_cuda_reference.py``), so the kernels' definition is tested in CI.
+``fused.py`` is the reference of a kernel not written yet (resize's second pass fused with
+crop_mirror_normalize), checked against the two it would replace.
 """
 
 from __future__ import annotations
