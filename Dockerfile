@@ -21,10 +21,11 @@ ARG CUDA13_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 ARG CONVEYOR_VERSION=0.1.0
 
 # ---- builder: wheels of the two distributions of this repository. The client is pure
-# Python; the server's one compiled part, the area resize kernel (engine/ops/geometry/
-# area_kernel.c), is built here against Python's stable ABI (one wheel for 3.11 and 3.12),
-# so the runtime stages need no compiler. The build fails if it was not compiled (the server
-# would compute the same bytes without it, more slowly). The dependencies (grpcio, numpy,
+# Python; the server's compiled parts, the area resize kernel (engine/ops/geometry/
+# area_kernel.c), the batch header walk (engine/ops/decode/image_headers.c) and the batch
+# file reader (engine/data/batch_read.c), are built here against Python's stable ABI (one
+# wheel for 3.11 and 3.12), so the runtime stages need no compiler. The build fails if one
+# was not compiled (the server would compute the same bytes without them, more slowly). The dependencies (grpcio, numpy,
 # OpenCV, ...) are installed from PyPI by each runtime stage, for that stage's own Python, at
 # the exact versions of server/constraints.txt (the server's output bytes depend on the
 # numpy/OpenCV/libjpeg-turbo builds: a rebuild with the same pins computes the same bytes;
@@ -42,7 +43,9 @@ COPY server/ server/
 RUN pip wheel --no-deps --wheel-dir /wheels ./client ./server \
     && python -c "import glob, zipfile; (wheel,) = glob.glob('/wheels/conveyor_server-*.whl'); \
 names = zipfile.ZipFile(wheel).namelist(); \
-raise SystemExit(0 if any('_area_kernel' in n for n in names) else 'area kernel not built')"
+missing = [m for m in ('_area_kernel', '_image_headers', '_batch_read') \
+           if not any(m in n for n in names)]; \
+raise SystemExit(f'not built: {missing}' if missing else 0)"
 
 # ---- the CUDA bases of the gpu target, one per CUDA major version, each naming the server's
 # extra built for it. Only the one CUDA_MAJOR names is built (and pulled).

@@ -16,8 +16,10 @@ PIP_FAIL := echo "make: could not install Conveyor's Python dependencies: is PyP
 # Two steps into one .venv: what the demo and a server need (the runtime, at the image's
 # versions, and a redis-server), then, for `make test` only, the test tools and the trainer
 # adapters' frameworks (torch, TensorFlow, torchdata: ~3 GB).
-# The server's compiled kernel is rebuilt (by the editable install) when its source changes.
-KERNEL_SRC := server/setup.py server/conveyor_server/engine/ops/geometry/area_kernel.c
+# The server's compiled parts are rebuilt (by the editable install) when their sources change.
+KERNEL_SRC := server/setup.py server/conveyor_server/engine/ops/geometry/area_kernel.c \
+	server/conveyor_server/engine/ops/decode/image_headers.c \
+	server/conveyor_server/engine/data/batch_read.c
 # Pinned: its answers are what the tests expect; 3.35 is the last release for Node 20 (3.36
 # needs Node 21, 3.37 Node 22).
 AZURITE := azurite@3.35.0
@@ -104,4 +106,6 @@ proto: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache demo-out site server/build
-	rm -f server/conveyor_server/engine/ops/geometry/_area_kernel*.so
+	rm -f server/conveyor_server/engine/ops/geometry/_area_kernel*.so \
+		server/conveyor_server/engine/ops/decode/_image_headers*.so \
+		server/conveyor_server/engine/data/_batch_read*.so

@@ -7,8 +7,7 @@ import sys
 
 MODULES = ("bench.throughput", "bench.batch_ops", "bench.transport", "bench.checkpointing",
            "bench.memory", "bench.behaviour_probe", "bench.wire", "bench.area_resize",
-           "bench.gpu_planning",
-           "bench.resnet50", "bench.object_storage",
+           "bench.gpu_planning", "bench.file_reads", "bench.resnet50", "bench.object_storage",
            "bench.tf_adapter", "bench.fleet")
 
 

@@ -14,6 +14,7 @@ from redis.retry import Retry
 
 from conveyor_server.demo.run import rotate_pipeline
 from conveyor_server.demo.sample_data import make_image_folder
+from conveyor_server.engine.data import batch_read
 from conveyor_server.engine.ops.decode import batch_headers
 from conveyor_server.engine.ops.geometry import area_resize
 from conveyor_server.store.redis_process import RedisProcess
@@ -29,9 +30,11 @@ def test_server_without_redis_url_runs_a_private_persistent_redis(tmp_path: Path
         assert "started a private redis-server" in first.log()
         # The start says which computes the area resize (the compiled kernel, or OpenCV
         # where the server was installed without a C compiler), and which reads a batch's
-        # image headers (the compiled walk, or Python).
+        # image headers (the compiled walk, or Python) and a batch's files (the compiled
+        # reader, or Python).
         assert f"area resize: {area_resize.KERNEL}; image headers: {batch_headers.WALK}" \
             in first.log()
+        assert f"a batch's files read by: {batch_read.READER}" in first.log()
         with client(first) as c:
             pipe = c.create("embedded", rotate_pipeline(str(root / "imgs"), batch_size=2))
             pipe.run()

@@ -279,6 +279,46 @@ def test_a_cancelled_batch_stops_between_phases() -> None:
         work.results()
 
 
+def test_a_first_batch_phase_runs_on_a_worker_then_the_samples() -> None:
+    ran: list[str] = []
+
+    def lead(states: list[dict[str, int]]) -> None:
+        ran.append(threading.current_thread().name)
+        for s in states:
+            s["lead"] = 1
+
+    def refuse(states: list[dict[str, int]]) -> None:
+        raise InvalidArgument("refused")
+
+    phases: list[Any] = [BatchPhase(lead), SamplePhase(lambda s: s.update(b=s["lead"] + 1))]
+    with ThreadPoolExecutor(2, thread_name_prefix="worker") as pool:
+        work = BatchWork([{"i": i} for i in range(5)], phases)
+        work.start(pool, 2)
+        assert [s["b"] for s in work.results()] == [2] * 5
+        failing = BatchWork([{"i": 0}], [BatchPhase(refuse),
+                                         SamplePhase(lambda s: ran.append("sample"))])
+        failing.start(pool, 2)
+        with pytest.raises(InvalidArgument, match="refused"):
+            failing.results()
+    assert ran in (["worker_0"], ["worker_1"])
+
+
+def test_a_batch_cancelled_before_its_first_batch_phase_runs_ends() -> None:
+    release = threading.Event()
+    ran: list[str] = []
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(release.wait, 10)  # the only worker is busy
+        work = BatchWork([{"i": 0}], [BatchPhase(lambda states: ran.append("lead")),
+                                      SamplePhase(lambda s: ran.append("sample"))])
+        work.start(pool, 1)
+        work.cancel()
+        assert work.ready(10)
+        release.set()
+    assert ran == []
+    with pytest.raises(CancelledError):
+        work.results()
+
+
 def test_a_computed_batch_holds_its_outputs_and_no_intermediates(data: Path) -> None:
     with Pipeline(training(str(data))) as pipe:
         plan = pipe._plan

@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(cfg.log.level, cfg.log.format)
         cap_decoders(cfg.limits.max_image_pixels)  # before OpenCV loads, with these:
         from conveyor_server.app.metrics import Metrics, serve_metrics
+        from conveyor_server.engine.data.batch_read import READER as FILE_READER
         from conveyor_server.engine.identity.behaviour.measure import measure
         from conveyor_server.engine.ops.decode.batch_headers import WALK as HEADER_WALK
         from conveyor_server.engine.ops.geometry.area_resize import KERNEL as AREA_KERNEL
@@ -252,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                               spec=spec_bounds(cfg.limits))
         behaviour = measure()
         log.info("measured this server's behaviour: %d operator paths in %.0f ms (%s); area "
-                 "resize: %s; image headers: %s", len(behaviour.digests),
-                 behaviour.seconds * 1000, behaviour.cpu, AREA_KERNEL, HEADER_WALK)
+                 "resize: %s; image headers: %s; a batch's files read by: %s",
+                 len(behaviour.digests), behaviour.seconds * 1000, behaviour.cpu, AREA_KERNEL,
+                 HEADER_WALK, FILE_READER)
         metrics = Metrics(behaviour)
         server, port, service, health_servicer = create_server(
             cfg.listen, store, cfg.data_roots, observer=metrics, advertise=cfg.advertise,

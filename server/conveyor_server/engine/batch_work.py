@@ -5,7 +5,9 @@ task per sample: each task takes the next unclaimed sample until none is left, s
 workers stay balanced while the pool sees a handful of futures per batch instead of one
 per sample (every future is a lock, a wakeup and a trip through the GIL). A batch phase
 runs once, on the worker that finished the phase before it: that is the barrier. Then the
-next per-sample phase starts. Which worker computes a sample changes nothing: every random
+next per-sample phase starts. A batch phase that comes first (reading the batch's files in
+one call) is a task of its own on a worker, so the thread that starts batches goes on
+starting them. Which worker computes a sample changes nothing: every random
 draw is keyed by the sample's global index.
 
 Errors are kept per sample and a phase with errors ends the batch: the first error in
@@ -21,6 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
 S = TypeVar("S")
@@ -61,7 +64,22 @@ class BatchWork(Generic[S]):
 
     def start(self, pool: Executor, threads: int) -> None:
         self._pool, self._threads = pool, threads
-        self._advance(inline=False)
+        first = self._phases[0] if self._phases else None
+        if isinstance(first, BatchPhase):  # on a worker: not on the thread starting batches
+            self._tasks = 1
+            self._submit(partial(self._lead, first), 1)
+        else:
+            self._advance(inline=False)
+
+    def _lead(self, phase: BatchPhase[S]) -> None:
+        """Run the first phase, a batch phase, as a task; its end starts the next phase."""
+        try:
+            if not self._cancelled:
+                phase.run(self._samples)
+        except BaseException as exc:  # raised by results()
+            self._batch_error = exc
+        finally:
+            self._task_ended()
 
     def _advance(self, *, inline: bool) -> None:
         """Run batch phases until a per-sample phase needs the workers (then start them) or
@@ -88,16 +106,16 @@ class BatchWork(Generic[S]):
                 self._batch_error = exc
             self._phase += 1
         helpers = count - 1 if inline else count
-        self._submit(phase, helpers, count)
+        self._submit(partial(self._work, phase), helpers)
         if inline:
             self._work(phase)
 
-    def _submit(self, phase: SamplePhase[S], helpers: int, count: int) -> None:
-        """Queue ``helpers`` tasks of ``phase`` (of its ``count``)."""
+    def _submit(self, task: Callable[[], None], helpers: int) -> None:
+        """Queue ``helpers`` runs of ``task`` (each counted in ``_tasks`` already)."""
         assert self._pool is not None
         for k in range(helpers):
             try:
-                future = self._pool.submit(self._work, phase)
+                future = self._pool.submit(task)
             except RuntimeError:  # the pool was shut down: the pipeline is closing
                 self._cancelled = True
                 self._task_ended(helpers - k)  # those that will never run

@@ -1,12 +1,15 @@
 """Running a plan's segments over one batch: each sample's state, file and steps.
 
-A sample's state holds its values by (op, output) and the path of its data file, which
-errors name. The first phase reads each sample's file and label and runs the first
-per-sample segment; each later per-sample segment is a phase of its own; a batch segment
-gathers its step's inputs across the batch in sample order, runs the step once and hands
-each sample its part of every output; a sample it fails on (``SampleFailed``) is left out
-or replaced under the step's ``on_error`` policy, and the step runs again without it.
-``BatchWork`` runs the phases on the worker threads.
+A sample's state holds its values by (op, output) and how to name its data file, which
+errors name (named only then). Where the pipeline reads local files (``readers.file``), the
+first phase reads the batch's files of each such reader in one call (``data/file_batch.py``)
+on a worker, with the GIL released. The next takes each sample's file (its bytes from that
+read, or its error) and label and runs the first per-sample segment; each later per-sample
+segment is a phase of its own; a batch segment gathers its step's inputs across the batch in
+sample order, runs the step once and hands each sample its part of every output; a sample
+it fails on (``SampleFailed``) is left out or replaced under the step's ``on_error``
+policy, and the step runs again without it. ``BatchWork`` runs the phases on the worker
+threads.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from conveyor.errors import ConveyorError, DataFileError, Internal
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
+from conveyor_server.engine.data.file_batch import FileBatch
 from conveyor_server.engine.ops.registry import BatchOp, SampleFailed, SampleOp
 from conveyor_server.engine.plan import (
     SAMPLE_INDEX_REF,
@@ -38,11 +42,26 @@ SourceValues = Sequence[tuple[int, list[Any]]]
 @dataclass
 class SampleState:
     values: dict[Ref, Any] = field(default_factory=dict)
-    #: The data file the sample was read from (for error messages).
-    where: str = ""
+    #: How to name the data file the sample was read from, and what to name (for error
+    #: messages: named only when one is made).
+    origin: tuple[Callable[[Any], str], Any] | None = None
     #: Why the sample failed under a "skip" or "replace" policy, and that policy.
     failed: str = ""
     policy: str = ""
+    #: The sample's place in its batch, and the batch's files read in one call, by reader
+    #: op (dropped once the sample has its bytes: the batch's buffer is not kept for it).
+    slot: int = 0
+    files: dict[int, FileBatch] | None = None
+
+    @property
+    def where(self) -> str:
+        """The data file the sample was read from, as messages name it."""
+        return "" if self.origin is None else self.origin[0](self.origin[1])
+
+    def read_from(self, name: Callable[[Any], str], what: Any) -> None:
+        """The sample was read from ``name(what)`` (unless a reader before said where)."""
+        if self.origin is None:
+            self.origin = (name, what)
 
     def fail(self, policy: str, step: str, exc: ConveyorError) -> None:
         self.failed = f"{step} on {self.where!r}: {exc.message}"
@@ -74,6 +93,9 @@ class SegmentRunner:
         #: Samples left out ("skip") or replaced ("replace") in the batches output so far.
         self.skipped = 0
         self.replaced = 0
+        #: The readers of local files (``readers.file``): each batch's read in one call.
+        self._batch_readers = [(op, binding) for op, binding in plan.readers.items()
+                               if binding.source is None and not binding.reads_objects]
         #: Each per-sample segment's work on one sample (None for batch segments).
         self._sample_runs = [
             self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)
@@ -95,9 +117,12 @@ class SegmentRunner:
         size = self._plan.spec.batch_size
         first = batch_index * size
         states = [SampleState({(op, 0): values[i] for op, values in sources}
-                              | {SAMPLE_INDEX_REF: np.array(first + i, dtype=np.uint64)})
+                              | {SAMPLE_INDEX_REF: np.array(first + i, dtype=np.uint64)},
+                              slot=i)
                   for i in range(size)]
         phases: list[Phase[SampleState]] = []
+        if self._batch_readers:
+            phases.append(BatchPhase(self._read_files))
         for run, segment, live in zip(self._sample_runs, self._plan.segments,
                                       self._plan.live_after, strict=True):
             if run is not None:
@@ -195,22 +220,36 @@ class SegmentRunner:
                 state.values = {r: v for r, v in state.values.items() if r in live}
         return run
 
+    def _read_files(self, states: list[SampleState]) -> None:
+        """Read the batch's files of each reader of local files, one call per reader; each
+        sample takes its own (or its error) in ``_read``."""
+        read = {op: FileBatch(binding.files,
+                              [binding.entries[s.values[(op, 0)]] for s in states])
+                for op, binding in self._batch_readers}
+        for state in states:
+            state.files = read
+
     def _read(self, state: SampleState) -> None:
         """Replace each reader's sample index with what it reads: the file's bytes and
         label (``readers.file``), or the outputs its source reads (the other readers); and
         each external source's sample with its outputs."""
         values = state.values
+        batches, state.files = state.files, None
         for op, binding in self._plan.readers.items():
             index = values[(op, 0)]
             source = binding.source
             try:
                 if source is None:
                     entry = binding.entries[index]
-                    state.where = state.where or binding.files.name(entry)
-                    outputs = [binding.files.read(entry),
-                               np.array([entry.label], dtype=np.int32)]
+                    state.read_from(binding.files.name, entry)
+                    batch = batches.get(op) if batches is not None else None
+                    if batch is not None:
+                        outputs = [batch.take(state.slot), batch.label(state.slot)]
+                    else:
+                        outputs = [binding.files.read(entry),
+                                   np.array([entry.label], dtype=np.int32)]
                 else:
-                    state.where = state.where or source.where(index)
+                    state.read_from(source.where, index)
                     outputs = source.read(index)
             except ConveyorError as exc:
                 if not _tolerated(binding.on_error, exc):
@@ -223,7 +262,7 @@ class SegmentRunner:
                 values[(op, o)] = out
         for op in self._plan.sources:  # computed on the submitting thread, in batch order
             sample = values[(op, 0)]
-            state.where = state.where or sample.where
+            state.read_from(str, sample.where)
             for o, out in enumerate(sample.get()):  # a source's error ends the batch
                 values[(op, o)] = out
 

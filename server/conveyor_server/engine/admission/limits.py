@@ -117,9 +117,13 @@ class EngineLimits:
     def check_file(self, size: int, name: str) -> None:
         """ResourceExhausted naming the file ``name`` if ``size`` is above the limit."""
         if self.max_file_bytes is not None and size > self.max_file_bytes:
-            raise ResourceExhausted(
-                f"readers.file: {name!r} is {size:,} bytes, above the server's limit "
-                f"limits.max_file_bytes = {self.max_file_bytes:,}; it was not read")
+            raise self.file_too_big(size, name)
+
+    def file_too_big(self, size: int, name: str) -> ResourceExhausted:
+        """The refusal of the file ``name`` of ``size`` bytes, above the limit."""
+        return ResourceExhausted(
+            f"readers.file: {name!r} is {size:,} bytes, above the server's limit "
+            f"limits.max_file_bytes = {self.max_file_bytes:,}; it was not read")
 
     def check_output(self, shape: Sequence[int], dtype: np.dtype | str,
                      what: str = "its output") -> None:

@@ -24,14 +24,22 @@ import stat
 
 import numpy as np
 
-from conveyor.errors import DataFileError, ResourceExhausted
+from conveyor.errors import ConveyorError, DataFileError, ResourceExhausted
 from conveyor_server.engine.admission.limits import NO_LIMITS, EngineLimits
+from conveyor_server.engine.data.batch_read import read_into
 from conveyor_server.engine.data.entries import FileEntry
 from conveyor_server.engine.data.fetch_ahead import FetchAhead, Wanted
 from conveyor_server.engine.data.object_errors import ObjectStoreFailure, read_error
 from conveyor_server.engine.data.object_store import ObjectInfo, ObjectStores
 from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, parse_object_url
-from conveyor_server.engine.data.roots import DataRoots, root_label, swapped_link
+from conveyor_server.engine.data.root_handles import RootHandles
+from conveyor_server.engine.data.roots import (
+    DataRoots,
+    not_regular,
+    open_below,
+    root_label,
+    swapped_link,
+)
 
 log = logging.getLogger("conveyor.engine")
 
@@ -41,14 +49,7 @@ OP = "readers.file"
 def read_at_most(fd: int, count: int) -> np.ndarray:
     """Up to ``count`` bytes from ``fd``: fewer only at its end."""
     buffer = np.empty(count, dtype=np.uint8)
-    view = memoryview(buffer.data)
-    got = 0
-    while got < count:
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            break
-        got += n
-    return buffer[:got]
+    return buffer[:read_into(fd, memoryview(buffer.data))]
 
 
 class DataFiles:
@@ -59,6 +60,8 @@ class DataFiles:
                  objects: ObjectStores | None = None) -> None:
         self.roots = roots
         self.limits = limits
+        #: The roots' open directories, which files are opened beneath (None without roots).
+        self.handles = RootHandles(roots) if roots is not None else None
         self._objects = objects
         self._own_objects: ObjectStores | None = None
         self._ahead: FetchAhead | None = None
@@ -72,8 +75,11 @@ class DataFiles:
         return self._objects
 
     def close(self) -> None:
-        """Drop what was fetched ahead; close the clients made here (a server's are its)."""
+        """Drop what was fetched ahead; close the roots' directories and the clients made
+        here (a server's are its)."""
         self.forget_ahead()
+        if self.handles is not None:
+            self.handles.close()
         if self._own_objects is not None:
             self._own_objects.close()
 
@@ -140,32 +146,28 @@ class DataFiles:
     def open(self, entry: FileEntry) -> int:
         """A descriptor of the entry's regular file; DataFileError naming it if it cannot
         be opened, or a symlink now stands where the listing had none."""
-        name = self.name(entry)
         try:
-            if self.roots is not None and entry.root >= 0:
-                return self.roots.open(entry.root, entry.relative)
+            if self.handles is not None and entry.root >= 0:
+                with self.handles.held((entry.root,)) as roots:
+                    root = roots[entry.root]
+                    if isinstance(root, OSError):
+                        raise OSError(root.errno, root.strerror)
+                    assert root is not None, "an object root holds no files"
+                    return open_below(root, entry.relative)
             fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
                 mode = os.fstat(fd).st_mode
                 if not stat.S_ISREG(mode):
-                    raise DataFileError(f"it is not a regular file (mode {stat.filemode(mode)})")
+                    raise DataFileError(not_regular(mode))
                 os.set_blocking(fd, True)
             except BaseException:
                 os.close(fd)
                 raise
             return fd
         except DataFileError as exc:
-            raise DataFileError(f"{OP}: cannot read {name!r}: {exc.message}") from None
+            raise self.unreadable(entry, exc.message) from None
         except OSError as exc:
-            if self.roots is not None and swapped_link(exc):
-                log.warning("%s: refused to read %s (%s): a symlink or a non-folder is on its "
-                            "path beneath %s", OP, entry.path, name,
-                            self.roots.real[entry.root])
-                raise DataFileError(
-                    f"{OP}: cannot read {name!r}: a symbolic link (or something that is not a "
-                    "folder) now stands on its path beneath the data root, where the listing "
-                    "had none; symlinks are not followed after the pipeline is built") from None
-            raise DataFileError(f"{OP}: cannot read {name!r}: {exc.strerror or exc}") from None
+            raise self.not_opened(entry, exc) from None
 
     def read(self, entry: FileEntry) -> np.ndarray:
         """The entry's bytes (a 1-D uint8 array)."""
@@ -179,20 +181,44 @@ class DataFiles:
             want = entry.size if limit is None else min(entry.size, limit)
             data = read_at_most(fd, want + 1)
         except OSError as exc:
-            raise DataFileError(f"{OP}: cannot read {self.name(entry)!r}: "
-                                f"{exc.strerror or exc}") from None
+            raise self.unreadable(entry, exc.strerror or str(exc)) from None
         finally:
             os.close(fd)
-        if limit is not None and data.size > limit:
-            raise ResourceExhausted(
+        if data.size != entry.size or (limit is not None and data.size > limit):
+            raise self.changed(entry, data.size, size)
+        return data
+
+    # -- errors (of a read of one file, and of a batch's: ``file_batch.py``) ---------------
+
+    def unreadable(self, entry: FileEntry, why: str) -> DataFileError:
+        return DataFileError(f"{OP}: cannot read {self.name(entry)!r}: {why}")
+
+    def not_opened(self, entry: FileEntry, exc: OSError) -> DataFileError:
+        """Why the entry's file could not be opened: a symlink (or a non-folder) met on its
+        path beneath the root is said so, and logged with the absolute path."""
+        if self.roots is not None and swapped_link(exc):
+            name = self.name(entry)
+            log.warning("%s: refused to read %s (%s): a symlink or a non-folder is on its "
+                        "path beneath %s", OP, entry.path, name, self.roots.real[entry.root])
+            return DataFileError(
+                f"{OP}: cannot read {name!r}: a symbolic link (or something that is not a "
+                "folder) now stands on its path beneath the data root, where the listing "
+                "had none; symlinks are not followed after the pipeline is built")
+        return self.unreadable(entry, exc.strerror or str(exc))
+
+    def changed(self, entry: FileEntry, got: int, size: int) -> ConveyorError:
+        """The refusal of a file of which ``got`` bytes were read (at most its listed size
+        + 1, the limit + 1 where the listed size is above it) and whose fstat said ``size``:
+        it grew above the limit, or its size is not the listed one."""
+        limit = self.limits.max_file_bytes
+        if limit is not None and got > limit:
+            return ResourceExhausted(
                 f"{OP}: {self.name(entry)!r} grew above the server's limit "
                 f"limits.max_file_bytes = {limit:,} while it was read; it was not used")
-        if data.size != entry.size:
-            shown = max(size, data.size) if data.size > entry.size else data.size
-            raise DataFileError(f"{OP}: {self.name(entry)!r} has {shown} bytes, but "
-                                f"{entry.size} when the pipeline listed it: the data set "
-                                "changed under the pipeline")
-        return data
+        shown = max(size, got) if got > entry.size else got
+        return DataFileError(f"{OP}: {self.name(entry)!r} has {shown} bytes, but "
+                             f"{entry.size} when the pipeline listed it: the data set "
+                             "changed under the pipeline")
 
     def sha256(self, entry: FileEntry) -> str:
         """The SHA-256 of the entry's contents (a data set's identity), opened as a read

@@ -6,14 +6,16 @@ or lies below it. A pipeline's files are resolved when it is built; each keeps i
 index and its path relative to the root's real directory (a symlink inside the root that
 points inside is resolved then: the file read is its target).
 
-**Opening.** A read opens the root's real directory and walks down one component at a time,
-each opened relative to the folder before with ``O_NOFOLLOW`` (and ``O_DIRECTORY`` for
-folders). So a symlink swapped in after the pipeline was built, for the file or for any
-folder above it, is refused (the kernel answers ``ELOOP`` or ``ENOTDIR``) instead of being
-followed out of the root; no check precedes the open, so there is no window between a check
-and the open. Only regular files are read (a FIFO would block, a device never end). The
-roots themselves are the operator's: the path of each is resolved once, when the pipeline is
-built.
+**Opening.** A read starts from the root's real directory (a pipeline's reads from its
+directory opened once: ``root_handles.py``) and walks down one component at a time
+(``open_below``), each opened relative to the folder before with ``O_NOFOLLOW`` (and
+``O_DIRECTORY`` for folders); a batch's reads ask the kernel for the same in one call
+(``openat2``: ``batch_read.c``). So a symlink swapped in after the pipeline was built, for
+the file or for any folder above it, is refused (the kernel answers ``ELOOP`` or
+``ENOTDIR``) instead of being followed out of the root; no check precedes the open, so there
+is no window between a check and the open. Only regular files are read (a FIFO would block,
+a device never end). The roots themselves are the operator's: the path of each is resolved
+once, when the pipeline is built.
 
 **Object roots.** A root may be an object store prefix (``s3://bucket/prefix``): a URL
 is beneath it when it continues the root's key (``object_urls.py``); its objects are
@@ -146,27 +148,65 @@ class DataRoots:
         """A descriptor of the regular file ``relative`` beneath root ``index``, opened
         without following any symlink below the root. OSError from the kernel (ELOOP,
         ENOTDIR for a symlink met on the way); DataFileError for what is not a file."""
-        parts = [p for p in relative.split(os.sep) if p]
-        if any(p in (".", "..") for p in parts):  # never listed so; refused all the same
-            raise OSError(errno.EINVAL, "a relative path with '.' or '..'")
-        fd = os.open(self.real[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = os.open(self.real[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for part in parts[:-1]:
-                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            return open_below(root, relative)
+        finally:
+            os.close(root)
+
+
+def open_below(root: int, relative: str) -> int:
+    """A descriptor of the regular file ``relative`` beneath the open directory ``root``
+    (left open), in blocking mode. OSError from the kernel (ELOOP, ENOTDIR for a symlink
+    met on the way); DataFileError for what is not a file."""
+    parts = below_parts(relative)
+    if parts is None:  # never listed so; refused all the same
+        raise OSError(errno.EINVAL, DOTS)
+    fd = walk_below(root, parts)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DataFileError(not_regular(mode))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def below_parts(relative: str) -> list[str] | None:
+    """The parts of a path relative to a root (empty ones dropped); None if one is ``.`` or
+    ``..``."""
+    parts = [p for p in relative.split(os.sep) if p]
+    return None if any(p in (".", "..") for p in parts) else parts
+
+
+def walk_below(root: int, parts: list[str]) -> int:
+    """A descriptor (``O_NONBLOCK``, unchecked) of what ``parts`` name beneath the open
+    directory ``root`` (left open; the root itself for no parts): each folder opened
+    relative to the one before with ``O_NOFOLLOW``, the last part too. OSError from the
+    kernel."""
+    fd = root
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            if fd != root:
                 os.close(fd)
-                fd = below
-            if parts:
-                below = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = below
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise DataFileError(f"it is not a regular file (mode {stat.filemode(mode)})")
-            os.set_blocking(fd, True)
-        except BaseException:
+            fd = below
+        below = os.open(parts[-1] if parts else os.curdir, _FILE_FLAGS, dir_fd=fd)
+    finally:
+        if fd != root:
             os.close(fd)
-            raise
-        return fd
+    return below
+
+
+#: Why a relative path with a ``.`` or ``..`` part is not opened.
+DOTS = "a relative path with '.' or '..'"
+
+
+def not_regular(mode: int) -> str:
+    """Why a file of ``mode`` (its ``st_mode``) is not read."""
+    return f"it is not a regular file (mode {stat.filemode(mode)})"
 
 
 def swapped_link(exc: OSError) -> bool:
