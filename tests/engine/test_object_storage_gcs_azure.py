@@ -193,7 +193,8 @@ BAD = [
     ("{s}://data/nothing-here", ["{s}://data"], errors.InvalidArgument,
      r"file_root '<root 0>/nothing-here': no object has a key below nothing-here/: check"),
     ("{s}://data/train", ["{s}://data/other"], errors.PermissionDenied,
-     r"file_root '{s}://data/train' is outside the data roots"),
+     r"file_root '{s}://data/train' is outside the data roots.*check the {holder} and key.*"
+     r"--data-root {s}://{HOLDER}/PREFIX"),
     ("{s}://data/train", ["{other}://data"], errors.PermissionDenied,
      r"file_root '{s}://data/train' is outside the data roots"),
     ("{s}://Not_A_Bucket/train", None, errors.InvalidArgument,
@@ -207,7 +208,8 @@ BAD = [
 def test_bad_input_is_a_clear_error(place: Place, env: None, root: str,
                                     roots: list[str] | None, error: type[errors.ConveyorError],
                                     message: str) -> None:
-    names = dict(s=place.scheme, holder=place.holder, other="az" if place.scheme == "gs" else "gs")
+    names = dict(s=place.scheme, holder=place.holder, HOLDER=place.holder.upper(),
+                 other="az" if place.scheme == "gs" else "gs")
     with pytest.raises(error, match=message.format(**names)) as raised:
         Pipeline(raw(file_root=root.format(**names)),
                  data_roots=[r.format(**names) for r in roots] if roots else None,

@@ -8,9 +8,10 @@ that grows while it is read is still bounded; a size other than the listed one i
 DATA_LOSS (the data set changed under the pipeline). Errors name the file relative to its
 root (``<root 0>/cats/a.jpg``); the absolute path goes to the server's log only.
 
-An object (``s3://``) is read whole, only if its ETag (and version) is still the listed one
-and its size within the limit; it is fetched ahead of the read when its batch starts
-(``fetch_ahead.py``), and a failure is a ``DataFileError`` naming its bucket and key. The
+An object (``s3://``, ``gs://``, ``az://``) is read whole, only if its ETag (and version)
+is still the listed one and its size within the limit; it is fetched ahead of the read
+when its batch starts (``fetch_ahead.py``), and a failure is a ``DataFileError`` naming its
+bucket and key. The
 pipeline's one ``FetchAhead`` is held here (``ahead``): the other readers' objects and
 byte ranges are fetched ahead through it too (``readers/data_paths.py``), under one bound.
 """

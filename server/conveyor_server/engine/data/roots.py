@@ -17,7 +17,8 @@ is no window between a check and the open. Only regular files are read (a FIFO w
 a device never end). The roots themselves are the operator's: the path of each is resolved
 once, when the pipeline is built.
 
-**Object roots.** A root may be an object store prefix (``s3://bucket/prefix``): a URL
+**Object roots.** A root may be an object store prefix (``s3://bucket/prefix``, and as
+well ``gs://`` and ``az://``): a URL
 is beneath it when it continues the root's key (``object_urls.py``); its objects are
 listed and read by ``object_list.py`` and ``files.py``.
 
@@ -65,11 +66,15 @@ def not_a_folder(op: str, what: str, name: str, real: str) -> InvalidArgument:
 
 
 def outside_object_roots(op: str, what: str, url: str) -> PermissionDenied:
-    """The refusal of an object URL that lies below no object root."""
+    """The refusal of an object URL that lies below no object root (the example root is
+    spelled with the URL's own scheme)."""
+    scheme = url.split("://", 1)[0] if "://" in url else "s3"
+    bucket = "CONTAINER" if scheme == "az" else "BUCKET"
     return PermissionDenied(
         f"{op}: {what} {url!r} is outside the data roots, the only places this server "
-        "reads: check the bucket and key for a typo, or make a prefix above it a data root "
-        "(the server's --data-root s3://BUCKET/PREFIX, data_roots in its configuration)")
+        f"reads: check the {bucket.lower()} and key for a typo, or make a prefix above it a "
+        f"data root (the server's --data-root {scheme}://{bucket}/PREFIX, data_roots in its "
+        "configuration)")
 
 
 class DataRoots:
