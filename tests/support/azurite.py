@@ -28,7 +28,7 @@ import obstore
 from obstore.store import AzureStore
 
 from tests.support.seaweed import free_ports
-from tests.support.store_process import StoreProcess, answers
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 ACCOUNT = "devstoreaccount1"
 #: Azurite's published key of its account.
@@ -119,10 +119,8 @@ class AzuriteProcess(StoreProcess):
     def upload_tree(self, container: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
         store = self.store(container)
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                obstore.put(store, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            obstore.put(store, key, data)
 
     def delete(self, container: str, key: str) -> None:
         obstore.delete(self.store(container), key)

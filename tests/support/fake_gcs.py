@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.support.seaweed import free_ports
-from tests.support.store_process import StoreProcess, answers
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 START_TIMEOUT = 30.0
 
@@ -89,10 +89,8 @@ class FakeGcsProcess(StoreProcess):
 
     def upload_tree(self, bucket: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                self.put(bucket, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            self.put(bucket, key, data)
 
     def delete(self, bucket: str, key: str) -> None:
         self._call("DELETE", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(key, safe='')}")

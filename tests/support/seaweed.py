@@ -21,7 +21,7 @@ from pathlib import Path
 import obstore
 from obstore.store import S3Store
 
-from tests.support.store_process import StoreProcess, answers
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 ADMIN = ("conveyortestadmin", "conveyor-test-admin-secret")
 OUTSIDER = ("conveyortestoutsider", "conveyor-test-outsider-secret")
@@ -129,10 +129,8 @@ class WeedProcess(StoreProcess):
     def upload_tree(self, bucket: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
         store = self.store(bucket)
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                obstore.put(store, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            obstore.put(store, key, data)
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
         obstore.put(self.store(bucket), key, data)

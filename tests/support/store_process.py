@@ -4,7 +4,8 @@
 a log file there, and waits until it is ready: it polls readiness checks in turn (no fixed
 sleep) and raises, naming the program and its log, if the program exits first or a check
 is not met in time (killing it). ``kill`` ends it, as leaving a ``with`` block does.
-``answers`` is the readiness check of an HTTP server.
+``answers`` is the readiness check of an HTTP server; ``tree_objects`` the objects a
+folder's upload writes.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Self
 
-#: What a readiness check waits for (named in the error if it is not met in time), and it.
+#: A readiness check: what it waits for (named in the error if not met in time), and the test.
 Check = tuple[str, Callable[[], bool]]
 
 
@@ -71,3 +72,11 @@ def answers(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def tree_objects(folder: Path, prefix: str) -> Iterator[tuple[str, bytes]]:
+    """Every file below ``folder`` as an object: its key ``prefix/relative/path`` and its
+    bytes (read as it is reached), in the order of the paths."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            yield f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/"), path.read_bytes()
