@@ -16,12 +16,9 @@ from tests.support.seaweed import WeedProcess
 @pytest.fixture(scope="module")
 def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedProcess]:
     """A SeaweedFS for the module's tests, with an empty bucket ``data``."""
-    proc = WeedProcess(tmp_path_factory.mktemp("weed")).start()
-    try:
+    with WeedProcess(tmp_path_factory.mktemp("weed")).start() as proc:
         proc.create_bucket("data")
         yield proc
-    finally:
-        proc.kill()
 
 
 @pytest.fixture
@@ -34,20 +31,14 @@ def aws_env(weed: WeedProcess, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsProcess]:
     """A fake-gcs-server for the module's tests, with an empty bucket ``data``."""
-    proc = FakeGcsProcess(tmp_path_factory.mktemp("gcs")).start()
-    try:
+    with FakeGcsProcess(tmp_path_factory.mktemp("gcs")).start() as proc:
         proc.create_bucket("data")
         yield proc
-    finally:
-        proc.kill()
 
 
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
     """An Azurite for the module's tests, with an empty container ``data``."""
-    proc = AzuriteProcess(tmp_path_factory.mktemp("azurite")).start()
-    try:
+    with AzuriteProcess(tmp_path_factory.mktemp("azurite")).start() as proc:
         proc.create_container("data")
         yield proc
-    finally:
-        proc.kill()

@@ -60,6 +60,13 @@ def batches(pipe: Pipeline, count: int) -> list[tuple[list[bytes], list[int]]]:
     return out
 
 
+def sample_bytes(pipe: Pipeline, count: int) -> list[list[bytes]]:
+    """Every sample of ``count`` batches, as its outputs' bytes."""
+    return [[np.asarray(out[s]).tobytes() for out in batch]
+            for batch in (pipe.run() for _ in range(count))
+            for s in range(len(batch[0]))]
+
+
 def test_objects_list_and_read_as_the_same_folder(weed: WeedProcess, dataset: Path,
                                                   aws_env: None) -> None:
     local = resolve({"file_root": str(dataset / "train")}, [dataset])
@@ -214,16 +221,11 @@ def test_tfrecord_records_are_byte_ranges_of_objects(weed: WeedProcess, dataset:
     remote = [f"s3://data/tf/{Path(p).name}" for p in paths]
     remote_indexes = [f"s3://data/tf/{Path(p).name}" for p in indexes]
     listings = MemoryListings()
-
-    def samples(pipe: Pipeline, count: int) -> list[list[bytes]]:
-        return [[np.asarray(out[s]).tobytes() for out in batch]
-                for batch in (pipe.run() for _ in range(count))
-                for s in range(len(batch[0]))]
     with Pipeline(records(paths, indexes, random_shuffle=True), data_roots=[tmp_path]) as a, \
             Pipeline(records(remote, remote_indexes, random_shuffle=True),
                      data_roots=["s3://data/tf"], objects=stores(weed),
                      listings=listings) as b:
-        assert samples(a, 4) == samples(b, 4)
+        assert sample_bytes(a, 4) == sample_bytes(b, 4)
         blob = b.checkpoint()
     weed.put("data", "tf/part-1.tfrecord", Path(paths[1]).read_bytes())  # written again
     with Pipeline(records(remote, remote_indexes, random_shuffle=True), checkpoint=blob,
@@ -275,8 +277,7 @@ def test_coco_images_and_annotations_are_objects(weed: WeedProcess, dataset: Pat
 
     def read(spec: Any, **kw: Any) -> list[list[bytes]]:
         with Pipeline(spec, **kw) as pipe:
-            return [[np.asarray(out[s]).tobytes() for out in batch]
-                    for batch in (pipe.run() for _ in range(4)) for s in range(len(batch[0]))]
+            return sample_bytes(pipe, 4)
     assert read(coco("s3://data/coco/images", "s3://data/coco/annotations.json", **options),
                 data_roots=["s3://data/coco"], objects=stores(weed)) == \
         read(coco(root, annotations, **options), data_roots=[tmp_path])

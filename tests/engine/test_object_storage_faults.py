@@ -29,15 +29,12 @@ from tests.support.seaweed import REGION, WeedProcess
 
 @pytest.fixture
 def weed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeedProcess]:
-    proc = WeedProcess(tmp_path / "weed").start()
-    for key, value in proc.env().items():
-        monkeypatch.setenv(key, value)
-    try:
+    with WeedProcess(tmp_path / "weed").start() as proc:
+        for key, value in proc.env().items():
+            monkeypatch.setenv(key, value)
         proc.create_bucket("data")
         proc.upload_tree("data", make_image_folder(tmp_path / "train", counts=(4, 4)), "train")
         yield proc
-    finally:
-        proc.kill()
 
 
 def stores(weed: WeedProcess, endpoint: str = "", observer: Counted | None = None,

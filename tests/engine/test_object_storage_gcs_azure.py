@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from conveyor import errors
@@ -30,7 +29,7 @@ from conveyor_server.engine.data.object_store import (
 )
 from conveyor_server.engine.data.object_urls import parse_object_url
 from tests.engine.test_object_cache import Counted
-from tests.engine.test_object_storage import batches, raw
+from tests.engine.test_object_storage import batches, raw, sample_bytes
 from tests.support.azurite import KEY, AzuriteProcess
 from tests.support.fake_gcs import FakeGcsProcess
 from tests.support.images import make_image_folder
@@ -234,15 +233,10 @@ def test_tfrecord_records_are_byte_ranges_of_objects(place: Place, env: None,
     place.server.upload_tree("data", tmp_path / "tf", "tf")
     remote = [place.url(f"tf/{Path(p).name}") for p in paths]
     remote_indexes = [place.url(f"tf/{Path(p).name}") for p in indexes]
-
-    def samples(pipe: Pipeline, count: int) -> list[list[bytes]]:
-        return [[np.asarray(out[s]).tobytes() for out in batch]
-                for batch in (pipe.run() for _ in range(count))
-                for s in range(len(batch[0]))]
     with Pipeline(records(paths, indexes, random_shuffle=True), data_roots=[tmp_path]) as a, \
             Pipeline(records(remote, remote_indexes, random_shuffle=True),
                      data_roots=[place.url("tf")], objects=place.stores()) as b:
-        assert samples(a, 4) == samples(b, 4)
+        assert sample_bytes(a, 4) == sample_bytes(b, 4)
 
 
 def test_the_node_cache_serves_the_second_epoch(place: Place, dataset: Path, env: None,

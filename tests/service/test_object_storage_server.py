@@ -26,12 +26,9 @@ from tests.support.servers import Start, client
 
 @pytest.fixture
 def weed(tmp_path: Path) -> Iterator[WeedProcess]:
-    proc = WeedProcess(tmp_path / "weed").start()
-    try:
+    with WeedProcess(tmp_path / "weed").start() as proc:
         proc.create_bucket("data")
         yield proc
-    finally:
-        proc.kill()
 
 
 def test_servers_stream_and_restore_from_an_s3_root(start_server: Start, weed: WeedProcess,

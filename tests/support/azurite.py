@@ -18,10 +18,8 @@ import email.utils
 import hashlib
 import hmac
 import shutil
-import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -30,6 +28,7 @@ import obstore
 from obstore.store import AzureStore
 
 from tests.support.seaweed import free_ports
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 ACCOUNT = "devstoreaccount1"
 #: Azurite's published key of its account.
@@ -55,13 +54,10 @@ def _sign(string_to_sign: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-class AzuriteProcess:
+class AzuriteProcess(StoreProcess):
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, "azurite", "azurite.log")
         (self.port,) = free_ports(1)
-        self.log = directory / "azurite.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -83,32 +79,9 @@ class AzuriteProcess:
     def start(self) -> AzuriteProcess:
         args = [find_azurite(), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
                 "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.directory)
-        deadline = time.monotonic() + START_TIMEOUT
-        while not self._answers():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"azurite exited ({self.proc.returncode}); see "
-                                   f"{self.log}: {self.log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"azurite did not answer in {START_TIMEOUT} s; see {self.log}")
-            time.sleep(0.05)
+        listing = f"{self.endpoint}?comp=list"  # answered 403 (not signed) once it serves
+        self.launch(args, START_TIMEOUT, (listing, lambda: answers(listing)))
         return self
-
-    def _answers(self) -> bool:
-        try:
-            urllib.request.urlopen(f"{self.endpoint}?comp=list", timeout=1).close()
-        except urllib.error.HTTPError:
-            return True  # it answers (403: the request was not signed)
-        except OSError:
-            return False
-        return True
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
     def create_container(self, container: str) -> None:
         """Azure's Create Container, signed with the account's key (Shared Key)."""
@@ -146,10 +119,8 @@ class AzuriteProcess:
     def upload_tree(self, container: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
         store = self.store(container)
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                obstore.put(store, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            obstore.put(store, key, data)
 
     def delete(self, container: str, key: str) -> None:
         obstore.delete(self.store(container), key)

@@ -20,14 +20,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from tests.support.seaweed import free_ports
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 START_TIMEOUT = 30.0
 
@@ -45,13 +43,10 @@ def find_fake_gcs() -> str:
                        "(the server's test extra)")
 
 
-class FakeGcsProcess:
+class FakeGcsProcess(StoreProcess):
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, "fake-gcs-server", "fake-gcs.log")
         (self.port,) = free_ports(1)
-        self.log = directory / "fake-gcs.log"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.service_account = directory / "service-account.json"
         self.service_account.write_text(json.dumps({
             "gcs_base_url": self.url, "disable_oauth": True, "client_email": "",
@@ -72,31 +67,9 @@ class FakeGcsProcess:
                 "-port", str(self.port), "-backend", "memory",
                 "-public-host", f"127.0.0.1:{self.port}", "-external-url", self.url,
                 "-log-level", "warn"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.directory)
-        deadline = time.monotonic() + START_TIMEOUT
-        while not self._answers():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited ({self.proc.returncode}); see "
-                                   f"{self.log}: {self.log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fake-gcs-server did not answer in {START_TIMEOUT} s; "
-                                   f"see {self.log}")
-            time.sleep(0.05)
+        health = f"{self.url}/_internal/healthcheck"
+        self.launch(args, START_TIMEOUT, (health, lambda: answers(health)))
         return self
-
-    def _answers(self) -> bool:
-        try:
-            urllib.request.urlopen(f"{self.url}/_internal/healthcheck", timeout=1).close()
-        except OSError:
-            return False
-        return True
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
     def _call(self, method: str, path: str, data: bytes | None = None,
               content_type: str = "application/json") -> None:
@@ -116,10 +89,8 @@ class FakeGcsProcess:
 
     def upload_tree(self, bucket: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                self.put(bucket, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            self.put(bucket, key, data)
 
     def delete(self, bucket: str, key: str) -> None:
         self._call("DELETE", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(key, safe='')}")

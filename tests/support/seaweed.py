@@ -14,14 +14,14 @@ import os
 import random
 import shutil
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import obstore
 from obstore.store import S3Store
+
+from tests.support.store_process import StoreProcess, answers, tree_objects
 
 ADMIN = ("conveyortestadmin", "conveyor-test-admin-secret")
 OUTSIDER = ("conveyortestoutsider", "conveyor-test-outsider-secret")
@@ -58,9 +58,9 @@ def free_ports(count: int) -> list[int]:
     return chosen
 
 
-class WeedProcess:
+class WeedProcess(StoreProcess):
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        super().__init__(directory, "weed", "weed.log")
         self.data = directory / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.master, self.volume, self.filer, self.s3 = free_ports(4)
@@ -72,8 +72,6 @@ class WeedProcess:
              "credentials": [{"accessKey": OUTSIDER[0], "secretKey": OUTSIDER[1]}],
              "actions": ["Read:no-such-bucket-of-theirs"]},
         ]}))
-        self.log = directory / "weed.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -94,29 +92,15 @@ class WeedProcess:
                 "-master.resumeState=false", "-master.electionTimeout=1s",
                 # No fixed ports (two stores at once would collide on them), no telemetry.
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.directory)
-        self._wait_ready()
+        # Until the filer and the S3 gateway answer a request (any answer: they serve) and
+        # the master can place a write (its volume server has joined it: before that, a
+        # write through the gateway fails).
+        filer, s3 = f"http://127.0.0.1:{self.filer}/", f"http://127.0.0.1:{self.s3}/"
+        self.launch(args, START_TIMEOUT,
+                    (filer, lambda: answers(filer)),
+                    (s3, lambda: answers(s3)),
+                    ("a write (the master's /dir/assign)", self._writable))
         return self
-
-    def _wait_ready(self) -> None:
-        """Until the filer and the S3 gateway answer a request (any answer: they serve) and
-        the master can place a write (its volume server has joined it: before that, a
-        write through the gateway fails)."""
-        deadline = time.monotonic() + START_TIMEOUT
-        for what, ready in ((f"port {self.filer}", lambda: self._answers(self.filer)),
-                            (f"port {self.s3}", lambda: self._answers(self.s3)),
-                            ("a write (the master's /dir/assign)", self._writable)):
-            while not ready():
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"weed exited ({self.proc.returncode}); see "
-                                       f"{self.log}: {self.log.read_text()[-2000:]}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"weed did not answer {what} in {START_TIMEOUT} s; "
-                                       f"see {self.log}")
-                time.sleep(0.05)
 
     def _writable(self) -> bool:
         try:
@@ -125,21 +109,6 @@ class WeedProcess:
                 return "fid" in json.loads(answer.read())
         except (OSError, ValueError):
             return False
-
-    @staticmethod
-    def _answers(port: int) -> bool:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()
-        except urllib.error.HTTPError:
-            return True  # it answers (the S3 gateway: 403, the request was not signed)
-        except OSError:
-            return False
-        return True
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
     def restart(self) -> None:
         self.kill()
@@ -160,10 +129,8 @@ class WeedProcess:
     def upload_tree(self, bucket: str, folder: Path, prefix: str) -> None:
         """Every file below ``folder`` as ``prefix/relative/path``."""
         store = self.store(bucket)
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}".strip("/")
-                obstore.put(store, key, path.read_bytes())
+        for key, data in tree_objects(folder, prefix):
+            obstore.put(store, key, data)
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
         obstore.put(self.store(bucket), key, data)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 
 import numpy as np
 
@@ -36,8 +35,8 @@ from conveyor_server.engine.data.object_urls import ObjectUrl, is_object_url, pa
 from conveyor_server.engine.data.root_handles import RootHandles
 from conveyor_server.engine.data.roots import (
     DataRoots,
-    not_regular,
     open_below,
+    regular_file,
     root_label,
     swapped_link,
 )
@@ -155,16 +154,7 @@ class DataFiles:
                         raise OSError(root.errno, root.strerror)
                     assert root is not None, "an object root holds no files"
                     return open_below(root, entry.relative)
-            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-            try:
-                mode = os.fstat(fd).st_mode
-                if not stat.S_ISREG(mode):
-                    raise DataFileError(not_regular(mode))
-                os.set_blocking(fd, True)
-            except BaseException:
-                os.close(fd)
-                raise
-            return fd
+            return regular_file(os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
         except DataFileError as exc:
             raise self.unreadable(entry, exc.message) from None
         except OSError as exc:

@@ -53,6 +53,7 @@ from conveyor_server.engine.data.object_urls import ObjectUrl
 
 log = logging.getLogger("conveyor.engine")
 T = TypeVar("T")
+C = TypeVar("C", GCSStore, AzureStore)
 Store = S3Store | GCSStore | AzureStore
 
 
@@ -173,14 +174,21 @@ def _refuse_plain_http(url: ObjectUrl, endpoint: str, allow_http: bool, where: s
             bucket=url.bucket)
 
 
-def _unmade(url: ObjectUrl, exc: BaseError, check: str) -> PermissionDenied:
-    """The refusal of a client obstore cannot make from the credentials it found, logged
-    with obstore's words."""
-    log.warning("the client of %s cannot be made: %s", url.store,
-                blank_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-    return PermissionDenied(
-        f"{url.holder} {url.bucket!r}: the server's credentials for {url.store} cannot be used "
-        f"(the server's log says why): check {check}", bucket=url.bucket)
+def _client(make: Callable[..., C], url: ObjectUrl, config: dict[str, Any],
+            options: dict[str, Any], check: str) -> C:
+    """The client ``make`` (``GCSStore``, ``AzureStore``) makes of the URL's bucket, with no
+    retries inside obstore (they are made here, counted and bounded as configured); one
+    obstore cannot make from the credentials it found is refused, naming what to ``check``,
+    and logged with obstore's words."""
+    try:
+        return make(url.bucket, config=config, client_options=options,
+                    retry_config={"max_retries": 0})
+    except BaseError as exc:
+        log.warning("the client of %s cannot be made: %s", url.store,
+                    blank_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        raise PermissionDenied(
+            f"{url.holder} {url.bucket!r}: the server's credentials for {url.store} cannot be "
+            f"used (the server's log says why): check {check}", bucket=url.bucket) from None
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
@@ -274,14 +282,9 @@ class ObjectStores:
         options["allow_http"] = conf.allow_http or _truthy("GOOGLE_ALLOW_HTTP")
         _refuse_plain_http(url, endpoint, options["allow_http"], "object_storage.gcs")
         config = {"base_url": conf.endpoint} if conf.endpoint else {}
-        try:
-            return GCSStore(url.bucket, config=config,  # type: ignore[arg-type]
-                            client_options=options,  # type: ignore[arg-type]
-                            retry_config={"max_retries": 0})
-        except BaseError as exc:
-            raise _unmade(url, exc, "the service account key file that "
-                          "GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT) names in "
-                          "the server's environment") from None
+        return _client(GCSStore, url, config, options, "the service account key file that "
+                       "GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT) names in the "
+                       "server's environment")
 
     def _azure(self, url: ObjectUrl, options: dict[str, Any]) -> AzureStore:
         """An Azure container's client, in the storage account the environment names
@@ -304,14 +307,9 @@ class ObjectStores:
             _refuse_plain_http(url, endpoint, options["allow_http"], "object_storage.azure")
             if conf.endpoint:
                 config["endpoint"] = conf.endpoint
-        try:
-            return AzureStore(url.bucket, config=config,  # type: ignore[arg-type]
-                              client_options=options,  # type: ignore[arg-type]
-                              retry_config={"max_retries": 0})
-        except BaseError as exc:
-            raise _unmade(url, exc, "the Azure credentials in the server's environment "
-                          "(AZURE_STORAGE_ACCOUNT_KEY must be base64, AZURE_STORAGE_SAS_TOKEN a "
-                          "SAS)") from None
+        return _client(AzureStore, url, config, options, "the Azure credentials in the "
+                       "server's environment (AZURE_STORAGE_ACCOUNT_KEY must be base64, "
+                       "AZURE_STORAGE_SAS_TOKEN a SAS)")
 
     # -- the loop the requests run on ----------------------------------------------------
 

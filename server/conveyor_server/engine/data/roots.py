@@ -167,7 +167,13 @@ def open_below(root: int, relative: str) -> int:
     parts = below_parts(relative)
     if parts is None:  # never listed so; refused all the same
         raise OSError(errno.EINVAL, DOTS)
-    fd = walk_below(root, parts)
+    return regular_file(walk_below(root, parts))
+
+
+def regular_file(fd: int) -> int:
+    """``fd``, opened with ``O_NONBLOCK`` (a FIFO must not wait for a writer), once its
+    ``fstat`` says it is a regular file, set to blocking mode; else it is closed:
+    DataFileError for what is not a file, OSError from the kernel."""
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
