@@ -17,7 +17,8 @@
 # stream, GPU use, host cores, this tree and the baseline on the same card), peers.json
 # (nvImageCodec's bare decode and torchvision's GPU pipeline on the same files), host.txt
 # (the batched host steps against the per-file ones, on the device's cores), and
-# summary.txt last (the card, each step's exit and time). Each step has its own time
+# summary.txt last (the card, each step's exit and time, the digests' comparison, and
+# images/s through 1, 2 and 4 servers on the one GPU). Each step has its own time
 # limit, and a failing step does not stop the others.
 #
 # To try its plumbing on a machine without a GPU: PYTHON=.venv/bin/python CHECK_WHEELS=no
@@ -113,6 +114,12 @@ PYTHONPATH=$NEW step "bench, this tree" 120 $PY -m bench.gpu --runs 2 --data "$D
     --data "$DATA" --json "$OUT/bench-baseline.json")
 PYTHONPATH=$NEW step peers 60 $PY -m bench.gpu_peers --data "$FILES" \
     --json "$OUT/peers.json"
+# The next lever: 1, 2 and 4 servers on this machine sharing the GPU, one trainer reading
+# them all (every batch a pure function of its index: the same bytes).
+PYTHONPATH=$NEW step "processes" 150 $PY -m bench.gpu_processes --quick --runs 1 \
+    --data "$DATA" --device $DEVICE > "$WORK/processes.txt" 2>&1
+cat "$WORK/processes.txt"
+grep -E "server|bytes" "$WORK/processes.txt" >> "$SUMMARY"
 # The host's batched steps on this machine's cores, each against the per-file path it
 # replaced (the planners; the decoder's preparation, which needs nvImageCodec).
 PYTHONPATH=$NEW step "host: planning" 60 $PY -m bench.gpu_planning --quick \

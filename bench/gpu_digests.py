@@ -38,14 +38,16 @@ def _pipelines(root: str, batch: int, device: str) -> dict[str, Any]:
     decoder, ops = ("mixed", "gpu") if on_gpu else ("cpu", "cpu")
     device_id = 0 if on_gpu else None
 
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id)
+    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
+                  enable_checkpointing=True)
     def seed_notebook() -> Any:
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
         images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
         angles = fn.random.uniform(range=(-30.0, 30.0))
         return fn.rotate(images, angle=angles, fill_value=0, device=ops), labels, angles
 
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id)
+    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
+                  enable_checkpointing=True)
     def resnet50_training() -> Any:
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
         images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB)
