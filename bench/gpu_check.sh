@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The GPU server's device check: one command on a lent GPU machine, in about 8 minutes.
+# The GPU server's device check: one command on a lent GPU machine, in about 8 minutes
+# (its steps' limits add up to 12: the most telling run first, and what is written under
+# $OUT comes back even from a command stopped at the device's 10-minute limit).
 #
 #   bench/gpu_check.sh fetch [BASELINE]   on a developer's machine, before the call: the
 #       wheels the device image lacks, for its Python 3.12, into .whl/ (and redis-server,
@@ -93,38 +95,38 @@ card=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
 say "card: $card; $(nproc) cores; baseline $(cat .baseline/COMMIT)"
 
 DATA=/tmp/gpu-data
-PYTHONPATH=$NEW step data 120 $PY -c \
+PYTHONPATH=$NEW step data 60 $PY -c \
     "from pathlib import Path; from bench._shared import make_dataset; make_dataset(Path('$DATA'), 2000)"
 FILES=$DATA/n2000
 
-PYTHONPATH=$NEW step "gpu tests" 170 $PY -m pytest -q -p no:cacheprovider -m gpu \
+PYTHONPATH=$NEW step "gpu tests" 120 $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_gpu.py tests/engine/test_cuda_gpu.py \
     tests/engine/test_gpu_streams.py
-PYTHONPATH=$NEW step "digests, this tree" 90 $PY -m bench.gpu_digests --data "$FILES" \
+PYTHONPATH=$NEW step "digests, this tree" 60 $PY -m bench.gpu_digests --data "$FILES" \
     --batches 4 --device $DEVICE --out "$WORK/digests-new.json"
-PYTHONPATH=$OLD step "digests, baseline" 90 $PY -m bench.gpu_digests --data "$FILES" \
+PYTHONPATH=$OLD step "digests, baseline" 60 $PY -m bench.gpu_digests --data "$FILES" \
     --batches 4 --device $DEVICE --out "$WORK/digests-old.json"
 PYTHONPATH=$NEW $PY -m bench.gpu_digests --compare "$WORK/digests-old.json" \
     "$WORK/digests-new.json" | tee "$OUT/digests.txt" | tee -a "$SUMMARY"
-PYTHONPATH=$NEW step profile 60 $PY -m bench.gpu_profile --data "$FILES" --batches 20 \
+PYTHONPATH=$NEW step profile 45 $PY -m bench.gpu_profile --data "$FILES" --batches 20 \
     --device $DEVICE --json "$OUT/profile.json"
-PYTHONPATH=$NEW step "bench, this tree" 120 $PY -m bench.gpu --runs 2 --data "$DATA" \
+PYTHONPATH=$NEW step "bench, this tree" 100 $PY -m bench.gpu --runs 2 --data "$DATA" \
     --json "$OUT/bench.json"
-(cd .baseline && PYTHONPATH=$OLD step "bench, baseline" 100 $PY -m bench.gpu --runs 1 \
+(cd .baseline && PYTHONPATH=$OLD step "bench, baseline" 80 $PY -m bench.gpu --runs 1 \
     --data "$DATA" --json "$OUT/bench-baseline.json")
-PYTHONPATH=$NEW step peers 60 $PY -m bench.gpu_peers --data "$FILES" \
+PYTHONPATH=$NEW step peers 40 $PY -m bench.gpu_peers --data "$FILES" \
     --json "$OUT/peers.json"
 # The next lever: 1, 2 and 4 servers on this machine sharing the GPU, one trainer reading
 # them all (every batch a pure function of its index: the same bytes).
-PYTHONPATH=$NEW step "processes" 150 $PY -m bench.gpu_processes --quick --runs 1 \
+PYTHONPATH=$NEW step "processes" 90 $PY -m bench.gpu_processes --quick --runs 1 \
     --data "$DATA" --device $DEVICE > "$WORK/processes.txt" 2>&1
 cat "$WORK/processes.txt"
 grep -E "server|bytes" "$WORK/processes.txt" >> "$SUMMARY"
 # The host's batched steps on this machine's cores, each against the per-file path it
 # replaced (the planners; the decoder's preparation, which needs nvImageCodec).
-PYTHONPATH=$NEW step "host: planning" 60 $PY -m bench.gpu_planning --quick \
+PYTHONPATH=$NEW step "host: planning" 30 $PY -m bench.gpu_planning --quick \
     > "$OUT/host.txt"
-PYTHONPATH=$NEW step "host: headers" 60 $PY -m bench.batch_headers --runs 3 \
+PYTHONPATH=$NEW step "host: headers" 30 $PY -m bench.batch_headers --runs 3 \
     >> "$OUT/host.txt"
 echo "=== summary"
 cat "$SUMMARY"
