@@ -56,11 +56,8 @@ from bench._shared import (
 from bench.resnet50 import BATCH, resnet50_pipeline
 from conveyor.transport.allocator import DEFAULT, tune_malloc
 from conveyor_server import Pipeline
-from conveyor_server.engine.data.object_store import (
-    BucketSettings,
-    ObjectStores,
-    ObjectStoreSettings,
-)
+from conveyor_server.engine.data.object_clients import BucketSettings, ObjectStoreSettings
+from conveyor_server.engine.data.object_store import ObjectStores
 from tests.support.fault_proxy import FaultProxy
 from tests.support.seaweed import ADMIN, REGION, WeedProcess, free_ports
 

@@ -147,7 +147,7 @@ def test_object_storage_roots_and_settings_of_each_store(tmp_path: Path) -> None
     """gs:// and az:// roots as s3:// ones; object_storage.gcs and .azure from the file and
     the environment, as the engine's settings; a misspelled root refused naming its fix."""
     from conveyor_server.app.object_storage import object_store_settings
-    from conveyor_server.engine.data.object_store import StoreSettings
+    from conveyor_server.engine.data.object_clients import StoreSettings
 
     cfg = load_config(["--config", str(write(tmp_path / "s.yaml", {
         "data_roots": ["gs://train-sets/imagenet", "az://datasets", "s3://data"],

@@ -12,11 +12,8 @@ import pytest
 
 from conveyor_server import Pipeline
 from conveyor_server.engine.data.node_cache import NodeCache, entry_name
-from conveyor_server.engine.data.object_store import (
-    BucketSettings,
-    ObjectStores,
-    ObjectStoreSettings,
-)
+from conveyor_server.engine.data.object_clients import BucketSettings, ObjectStoreSettings
+from conveyor_server.engine.data.object_store import ObjectStores
 from tests.engine.test_object_storage import batches, raw
 from tests.support.images import make_image_folder
 from tests.support.seaweed import REGION, WeedProcess

@@ -15,11 +15,8 @@ from conveyor import errors, fn, pipeline_def
 from conveyor_server import Pipeline
 from conveyor_server.engine.data.file_list import resolve
 from conveyor_server.engine.data.listings import MemoryListings
-from conveyor_server.engine.data.object_store import (
-    BucketSettings,
-    ObjectStores,
-    ObjectStoreSettings,
-)
+from conveyor_server.engine.data.object_clients import BucketSettings, ObjectStoreSettings
+from conveyor_server.engine.data.object_store import ObjectStores
 from tests.support.images import make_image_folder
 from tests.support.seaweed import OUTSIDER, REGION, WeedProcess
 

@@ -15,11 +15,8 @@ import pytest
 
 from conveyor import errors
 from conveyor_server import Pipeline
-from conveyor_server.engine.data.object_store import (
-    BucketSettings,
-    ObjectStores,
-    ObjectStoreSettings,
-)
+from conveyor_server.engine.data.object_clients import BucketSettings, ObjectStoreSettings
+from conveyor_server.engine.data.object_store import ObjectStores
 from tests.engine.test_object_cache import Counted
 from tests.engine.test_object_storage import batches, raw
 from tests.support.fault_proxy import FaultProxy

@@ -20,13 +20,13 @@ from conveyor import errors
 from conveyor_server import Pipeline
 from conveyor_server.engine.data.file_list import resolve
 from conveyor_server.engine.data.listings import MemoryListings
-from conveyor_server.engine.data.object_errors import blank_secrets
-from conveyor_server.engine.data.object_store import (
+from conveyor_server.engine.data.object_clients import (
     BucketSettings,
-    ObjectStores,
     ObjectStoreSettings,
     StoreSettings,
 )
+from conveyor_server.engine.data.object_errors import blank_secrets
+from conveyor_server.engine.data.object_store import ObjectStores
 from conveyor_server.engine.data.object_urls import parse_object_url
 from tests.engine.test_object_cache import Counted
 from tests.engine.test_object_storage import batches, raw, sample_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conveyor_server.app import config_loading
 from conveyor_server.app.config import BucketConfig, ConfigError, ObjectStorageConfig, StoreConfig
-from conveyor_server.engine.data.object_store import (
+from conveyor_server.engine.data.object_clients import (
     BucketSettings,
     ObjectStoreSettings,
     StoreSettings,
