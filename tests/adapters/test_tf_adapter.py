@@ -2,10 +2,10 @@
 
 TensorFlow keeps thread pools of its own, and a ``tf.data`` iterator still computing ahead
 when a test ends lives on in them: in the suite's process it would be torn down only when
-the suite exits, waiting there for a batch from a server stopped long before. Loaded, it
-also clashes with native libraries the suite uses later (grpc_tools' ``protoc`` dies in a
-process that has loaded TensorFlow). So TensorFlow is never imported into the suite's own
-process, and its process must end promptly once its cases are done.
+the suite exits, waiting there for a batch from a server stopped long before. So no
+``tf.data`` iterator runs in the suite's own process (``test_readers_tfrecord.py`` only
+writes records with TensorFlow there), and the cases' process must end promptly once its
+cases are done.
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def test_crc32c_of_long_data_equals_the_byte_at_a_time_definition() -> None:
 
 
 def test_framing_matches_tensorflows_writer_and_its_records_parse(tmp_path: Path) -> None:
-    tf = pytest.importorskip("tensorflow")
+    if os.environ.get("CONVEYOR_SKIP_TENSORFLOW_TESTS") == "1":
+        pytest.skip("CONVEYOR_SKIP_TENSORFLOW_TESTS=1: TensorFlow's framing is NOT compared")
+    import tensorflow as tf  # part of the test environment: missing, this test fails
     path = tmp_path / "tf.tfrecord"
     examples = []
     with tf.io.TFRecordWriter(str(path)) as writer:

@@ -21,8 +21,8 @@ def test_generated_code_matches_protos(tmp_path: Path) -> None:
     import gen_proto
 
     # protoc in a process of its own: grpc_tools' compiler crashes (SIGSEGV) a process that
-    # has loaded TensorFlow (the suite keeps TensorFlow out of its own process, but a run
-    # that names tests/adapters/tf_cases.py loads it).
+    # has loaded TensorFlow, as the suite's has (tests/engine/test_readers_tfrecord.py
+    # writes records with it).
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), str(tmp_path)],
                    check=True, timeout=120)
     checked_in = ROOT / "client" / "conveyor" / "v1"
