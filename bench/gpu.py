@@ -49,35 +49,45 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def seed_gpu(root: str, batch: int) -> Any:
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=0,
+def _devices(device: str) -> tuple[str, str, int | None]:
+    """(the decoders' device, the operators', the pipeline's device_id) for "gpu" or, to
+    try a benchmark's plumbing without a GPU, "cpu"."""
+    return ("mixed", "gpu", 0) if device == "gpu" else ("cpu", "cpu", None)
+
+
+def seed_gpu(root: str, batch: int, device: str = "gpu") -> Any:
+    decoder, ops, device_id = _devices(device)
+
+    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
                   enable_checkpointing=True)
     def seed_notebook() -> Any:
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
-        images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)
+        images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
         angles = fn.random.uniform(range=(-30.0, 30.0))
-        rotated = fn.rotate(images, angle=angles, fill_value=0, device="gpu")
+        rotated = fn.rotate(images, angle=angles, fill_value=0, device=ops)
         return rotated, labels, angles
 
     return seed_notebook()
 
 
-def resnet50(root: str, batch: int) -> Any:
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=0,
+def resnet50(root: str, batch: int, device: str = "gpu") -> Any:
+    decoder, ops, device_id = _devices(device)
+
+    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
                   enable_checkpointing=True)
     def resnet50_training() -> Any:
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
-        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
-        images = fn.resize(images, size=(224, 224), device="gpu")
+        images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB)
+        images = fn.resize(images, size=(224, 224), device=ops)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
                                           mean=MEAN, std=STD, mirror=fn.random.coin_flip(),
-                                          device="gpu")
+                                          device=ops)
         return images, labels
 
     return resnet50_training()
 
 
-PIPELINES: dict[str, Callable[[str, int], Any]] = {"seed notebook": seed_gpu,
+PIPELINES: dict[str, Callable[[str, int, str], Any]] = {"seed notebook": seed_gpu,
                                                    "ResNet-50 training": resnet50}
 
 
@@ -186,12 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     with Server(args.data) as server, conveyor.Client(server.address, timeout=120) as client:
         for label, make in PIPELINES.items():
             try:
-                local = Pipeline(make(root, batch))
+                local = Pipeline(make(root, batch, "gpu"))
             except ConveyorError as exc:
                 missing.append(f"{label}: {exc.message}")
                 continue
             name = f"gpu-bench-{next(names)}"
-            remote = client.create(name, make(root, batch))
+            remote = client.create(name, make(root, batch, "gpu"))
             try:
                 for _ in range(args.runs):
                     for mode, step, pid in (("in process", local.run, None),

@@ -26,38 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from conveyor import fn, pipeline_def, types
+from bench.gpu import PIPELINES
 from conveyor_server import Pipeline
-
-MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
-STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
-
-
-def _pipelines(root: str, batch: int, device: str) -> dict[str, Any]:
-    on_gpu = device == "gpu"
-    decoder, ops = ("mixed", "gpu") if on_gpu else ("cpu", "cpu")
-    device_id = 0 if on_gpu else None
-
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
-                  enable_checkpointing=True)
-    def seed_notebook() -> Any:
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
-        images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
-        angles = fn.random.uniform(range=(-30.0, 30.0))
-        return fn.rotate(images, angle=angles, fill_value=0, device=ops), labels, angles
-
-    @pipeline_def(batch_size=batch, num_threads=4, seed=12, device_id=device_id,
-                  enable_checkpointing=True)
-    def resnet50_training() -> Any:
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
-        images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB)
-        images = fn.resize(images, size=(224, 224), device=ops)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
-                                          mean=MEAN, std=STD, mirror=fn.random.coin_flip(),
-                                          device=ops)
-        return images, labels
-
-    return {"seed notebook": seed_notebook(), "ResNet-50 training": resnet50_training()}
 
 
 def _host(value: Any) -> np.ndarray:
@@ -71,7 +41,8 @@ def digests(root: str, batch: int, batches: int, device: str) -> dict[str, list[
     """Per pipeline, per batch, one line per output: its samples' dtype, shapes' digest and
     bytes' digest."""
     found: dict[str, list[list[str]]] = {}
-    for name, spec in _pipelines(root, batch, device).items():
+    for name, make in PIPELINES.items():
+        spec = make(root, batch, device)
         pipe = Pipeline(spec)
         try:
             rows = found[name] = []

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_digests import MEAN, STD
+from bench.gpu import MEAN, STD
 
 
 def _files(root: Path) -> list[Path]:

@@ -5,7 +5,7 @@ GPU only as busy as its Python lets it. Every batch is a pure function of its in
 servers on the same machine, each its own process, can each compute every k-th batch of
 one pipeline and a trainer reads them in order, the same bytes (the fan-in,
 ``Client.open(..., workers=k)``). This measures that: the ResNet-50 training pipeline of
-``bench.gpu_digests`` on "mixed" and "gpu", read by one trainer from 1, 2 and 4 servers on this
+``bench.gpu`` on "mixed" and "gpu", read by one trainer from 1, 2 and 4 servers on this
 machine sharing its GPU (each server with its default worker threads), images/s over the
 stream, with the first batches' bytes compared with 1 server's.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from bench._shared import interleaved, machine, make_dataset, median, parse_args, spread, table
 from bench.fleet import client, rate
-from bench.gpu_digests import _pipelines
+from bench.gpu import resnet50
 from conveyor.transport.channel import wait_serving
 from conveyor_server.demo.launch import spawn_server, stop_server
 from conveyor_server.engine.device.devices import cuda_device_count
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = [int(k) for k in args.servers.split(",")]
     print(machine())
     data = make_dataset(args.data, args.images)
-    spec = _pipelines(str(data), args.batch, args.device)["ResNet-50 training"]
+    spec = resnet50(str(data), args.batch, args.device)
     # Each server holds its prefetched batches when the clock starts (k x prefetch depth):
     # enough batches timed keep that share small.
     batches = 32 if args.quick else 96

@@ -2,7 +2,7 @@
 
 A sampler thread reads every other thread's Python stack (``sys._current_frames``) every
 ``--interval`` ms while ``Pipeline.run`` computes ``--batches`` batches of the ResNet-50
-training pipeline (``bench.gpu_digests``'s, on "mixed" and "gpu", or with ``--device cpu``
+training pipeline (``bench.gpu``'s, on "mixed" and "gpu", or with ``--device cpu``
 on the CPU). A sample of a thread waiting (a lock, a condition, a queue, a future) counts
 as idle. It reports, per batch, the milliseconds of busy samples:
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.gpu_digests import _pipelines
+from bench.gpu import resnet50
 from conveyor_server import Pipeline
 
 #: Leaf functions in which a thread is waiting, not working.
@@ -93,7 +93,7 @@ class Sampler:
 
 def profile(root: str, batch: int, batches: int, device: str, interval_s: float,
             top: int) -> dict[str, Any]:
-    spec = _pipelines(root, batch, device)["ResNet-50 training"]
+    spec = resnet50(root, batch, device)
     pipe = Pipeline(spec)
     try:
         for _ in range(3):  # warm up: compile kernels, make handles, fill caches
