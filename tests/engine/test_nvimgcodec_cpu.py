@@ -286,6 +286,77 @@ def test_the_batched_path_leaves_out_a_corrupt_file_under_skip(tmp_path: Path) -
         fail.run()
 
 
+def byte_count(file: np.ndarray) -> np.ndarray:
+    """python_function's: the file's size (a batch step before the decoder)."""
+    return np.array([file.size], dtype=np.int64)
+
+
+@pipeline_def(batch_size=5, seed=11, enable_checkpointing=True)
+def chained(root: str, on_error: str = "fail") -> Any:
+    """Three batch steps in a row (one chain): python_function, the decoder, and
+    crop_mirror_normalize; the first step's column is an output too."""
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
+    sizes = fn.python_function(jpegs, function=f"{__name__}:byte_count")
+    images = fn.decoders.image_random_crop(jpegs, output_type=types.RGB, on_error=on_error,
+                                           random_area=[0.2, 0.9])
+    out = fn.crop_mirror_normalize(images, crop=(12, 10), mean=[100.0], std=[50.0],
+                                   mirror=fn.random.coin_flip())
+    return out, sizes, labels
+
+
+@pytest.mark.usefixtures("cpu_backend_random_crop")
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_a_sample_a_chained_step_leaves_out_leaves_every_column_of_the_chain(
+        tmp_path: Path, on_error: str) -> None:
+    """The decoder fails on a cut file after python_function made its column in the same
+    chain: the sample leaves (or is replaced in) every output alike, as where the steps
+    after python_function run per sample."""
+    root = make_image_folder(tmp_path / "imgs", counts=(4, 6))
+    victim = sorted(root.rglob("*.jpg"))[3]
+    victim.write_bytes(victim.read_bytes()[:300])
+    with Pipeline(chained(str(root), on_error)) as chain, \
+            Pipeline(chained(str(root), on_error), batch_ops=False) as apart:
+        assert chain._plan.describe() == [
+            "per sample: (read only)", "per batch: python_function@cpu",
+            "per batch: decoders.image_random_crop@cpu", "per batch: crop_mirror_normalize@cpu"]
+        assert apart._plan.describe() == [
+            "per sample: python_function@cpu, decoders.image_random_crop@cpu, "
+            "crop_mirror_normalize@cpu"]
+        for _ in range(4):  # two epochs of 10: the cut file is in every one
+            got, want = chain.run(), apart.run()
+            for a, b in zip(got, want, strict=True):
+                assert len(a) == len(b)
+                for x, y in zip(a, b, strict=True):
+                    np.testing.assert_array_equal(x, y)
+        left_out = chain.samples_skipped + chain.samples_replaced
+        assert left_out == apart.samples_skipped + apart.samples_replaced == 2
+        sizes = {int(s[0]) for s in got[1]}
+        assert victim.stat().st_size not in sizes or on_error == "replace"
+
+
+@pytest.mark.usefixtures("cpu_backend_random_crop")
+def test_a_chain_keeps_only_what_is_needed_after_it_and_resumes_exactly(tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(4, 5)))
+    with Pipeline(chained(root)) as pipe:
+        plan = pipe._plan
+        pipe.next_ready(10)
+        pipe.wait_prefetched()
+        for work in pipe._queue._inflight:
+            assert {frozenset(s.values) for s in work.results()} == {frozenset(plan.outputs)}
+    assert_resume_exact(chained(root), 2, 3)
+
+
+@pytest.mark.usefixtures("cpu_backend_random_crop")
+def test_a_chained_step_failing_under_fail_names_the_file(tmp_path: Path) -> None:
+    root = make_image_folder(tmp_path / "imgs", counts=(5,))
+    victim = sorted(root.rglob("*.jpg"))[1]
+    victim.write_bytes(victim.read_bytes()[:200])
+    with Pipeline(chained(str(root))) as fail, \
+            pytest.raises(DataFileError, match=rf"decoders.image_random_crop .*{victim.name}"
+                                               r".* truncated JPEG"):
+        fail.run()
+
+
 @pytest.mark.skipif(cuda_device_count() > 0, reason="this machine has a CUDA device")
 def test_the_window_decoders_on_mixed_are_refused_without_a_gpu(tmp_path: Path) -> None:
     root = str(make_image_folder(tmp_path / "imgs", counts=(2,)))

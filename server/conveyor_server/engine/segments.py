@@ -5,10 +5,13 @@ errors name (named only then). Where the pipeline reads local files (``readers.f
 first phase reads the batch's files of each such reader in one call (``data/file_batch.py``)
 on a worker, with the GIL released. The next takes each sample's file (its bytes from that
 read, or its error) and label and runs the first per-sample segment; each later per-sample
-segment is a phase of its own; a batch segment gathers its step's inputs across the batch in
-sample order, runs the step once and hands each sample its part of every output; a sample
-it fails on (``SampleFailed``) is left out or replaced under the step's ``on_error``
-policy, and the step runs again without it. ``BatchWork`` runs the phases on the worker
+segment is a phase of its own. Batch segments that follow one another are one phase, a
+chain: it gathers the inputs it needs from the samples once, in sample order, passes each
+step's outputs to the next steps as whole columns (the GPU's operators hand one another
+their batch with no per-sample state in between), and hands each sample its part only of
+what is needed after the chain. A sample a step fails on (``SampleFailed``) is left out or
+replaced under the step's ``on_error`` policy: its row leaves every column the chain made
+so far, and the step runs again without it. ``BatchWork`` runs the phases on the worker
 threads.
 """
 
@@ -18,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NoReturn
 
 import numpy as np
@@ -31,7 +35,6 @@ from conveyor_server.engine.plan import (
     BatchSegment,
     Plan,
     Ref,
-    SampleSegment,
     Step,
 )
 
@@ -69,6 +72,10 @@ class SampleState:
         self.values = {}
 
 
+#: A chain of batch steps' work: (the batch's index, its samples' states).
+ChainRun = Callable[[int, list[SampleState]], None]
+
+
 def _tolerated(policy: str, exc: Exception) -> bool:
     """Whether a sample's error leaves it out under ``policy`` rather than stopping the
     pipeline: data errors only; a bug (anything but a Conveyor error) always stops it."""
@@ -96,11 +103,20 @@ class SegmentRunner:
         #: The readers of local files (``readers.file``): each batch's read in one call.
         self._batch_readers = [(op, binding) for op, binding in plan.readers.items()
                                if binding.source is None and not binding.reads_objects]
-        #: Each per-sample segment's work on one sample (None for batch segments).
-        self._sample_runs = [
-            self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)
-            if isinstance(segment, SampleSegment) else None
-            for n, segment in enumerate(plan.segments)]
+        #: The batch's phases after the files are read: a per-sample segment's work on one
+        #: sample, or a chain of batch segments' work on the batch (given its index).
+        self._phases: list[SamplePhase[SampleState] | ChainRun] = []
+        chain: list[Step] = []
+        for n, segment in enumerate(plan.segments):
+            if isinstance(segment, BatchSegment):
+                chain.append(segment.step)
+                following = plan.segments[n + 1] if n + 1 < len(plan.segments) else None
+                if not isinstance(following, BatchSegment):
+                    self._phases.append(self._chain(chain, plan.live_after[n]))
+                    chain = []
+            else:
+                self._phases.append(SamplePhase(
+                    self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)))
 
     def start(self, sources: SourceValues, batch_index: int, pool: Executor,
               threads: int) -> BatchWork[SampleState]:
@@ -123,13 +139,9 @@ class SegmentRunner:
         phases: list[Phase[SampleState]] = []
         if self._batch_readers:
             phases.append(BatchPhase(self._read_files))
-        for run, segment, live in zip(self._sample_runs, self._plan.segments,
-                                      self._plan.live_after, strict=True):
-            if run is not None:
-                phases.append(SamplePhase(run))
-            else:
-                assert isinstance(segment, BatchSegment)
-                phases.append(BatchPhase(self._batch_phase(segment.step, batch_index, live)))
+        phases += [phase if isinstance(phase, SamplePhase)
+                   else BatchPhase(partial(phase, batch_index))
+                   for phase in self._phases]
         work = BatchWork(states, phases)
         work.start(pool, threads)
         return work
@@ -186,38 +198,56 @@ class SegmentRunner:
             state.values = {r: v for r, v in values.items() if r in live}
         return run
 
-    def _batch_phase(self, step: Step, batch_index: int,
-                     live: frozenset[Ref]) -> Callable[[list[SampleState]], None]:
-        assert isinstance(step.op, BatchOp)
-        fn = step.op.fn
+    def _chain(self, steps: list[Step],
+               live: frozenset[Ref]) -> ChainRun:
+        """Batch steps run one after another on the batch: each step's inputs are the
+        columns the chain made, or gathered from the samples once; ``live``: what the
+        samples keep after the chain."""
+        for step in steps:
+            assert isinstance(step.op, BatchOp)
+        made_here = {(step.op_index, o) for step in steps for o in range(step.num_outputs)}
+        kept = [ref for ref in made_here if ref in live]
 
-        def run(all_states: list[SampleState]) -> None:
-            while True:  # once, or again without a sample its on_error policy leaves out
-                states = [s for s in all_states if not s.failed]
-                if not states:
-                    return
-                inputs = [[s.values[r] for s in states] for r in step.inputs]
-                targs = {k: [s.values[r] for s in states] for k, r in step.arg_inputs.items()}
-                try:
-                    outs = fn(inputs, targs)
-                    break
-                except SampleFailed as failure:
-                    failed, error = states[failure.index], failure.error
-                    if not _tolerated(step.on_error, error):
-                        _fail(step, error, repr(failed.where))
-                    assert isinstance(error, ConveyorError)
-                    failed.fail(step.on_error, step.label, error)
-                except Exception as exc:
-                    _fail(step, exc, f"batch {batch_index}")
-            if len(outs) != step.num_outputs or any(len(o) != len(states) for o in outs):
-                raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples per "
-                               f"output, expected {step.num_outputs} outputs of "
-                               f"{len(states)} samples")
-            for o, out in enumerate(outs):
-                for state, value in zip(states, out, strict=True):
-                    state.values[(step.op_index, o)] = value
-            for state in states:
-                state.values = {r: v for r, v in state.values.items() if r in live}
+        def run(batch_index: int, all_states: list[SampleState]) -> None:
+            rows = [s for s in all_states if not s.failed]
+            columns: dict[Ref, list[Any]] = {}
+
+            def column(ref: Ref) -> list[Any]:
+                if ref not in columns:
+                    columns[ref] = [s.values[ref] for s in rows]
+                return columns[ref]
+
+            for step in steps:
+                while True:  # once, or again without a sample its on_error policy leaves out
+                    if not rows:
+                        return
+                    inputs = [column(r) for r in step.inputs]
+                    targs = {k: column(r) for k, r in step.arg_inputs.items()}
+                    try:
+                        outs = step.op.fn(inputs, targs)
+                        break
+                    except SampleFailed as failure:
+                        failed, error = rows[failure.index], failure.error
+                        if not _tolerated(step.on_error, error):
+                            _fail(step, error, repr(failed.where))
+                        assert isinstance(error, ConveyorError)
+                        failed.fail(step.on_error, step.label, error)
+                        del rows[failure.index]
+                        for values in columns.values():
+                            del values[failure.index]
+                    except Exception as exc:
+                        _fail(step, exc, f"batch {batch_index}")
+                if len(outs) != step.num_outputs or any(len(o) != len(rows) for o in outs):
+                    raise Internal(f"{step.label} returned {[len(o) for o in outs]} samples "
+                                   f"per output, expected {step.num_outputs} outputs of "
+                                   f"{len(rows)} samples")
+                for o, out in enumerate(outs):
+                    columns[(step.op_index, o)] = list(out)
+            for n, state in enumerate(rows):
+                values = {r: v for r, v in state.values.items() if r in live}
+                for ref in kept:
+                    values[ref] = columns[ref][n]
+                state.values = values
         return run
 
     def _read_files(self, states: list[SampleState]) -> None:
