@@ -20,8 +20,10 @@ README = ROOT / "README.md"
 GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 #: How far the demo's checkpoint size may be from the README's, once the length of the data
 #: path (which the spec inside the checkpoint holds) is taken out: the checkpoint also records
-#: the CPU description (library dispatch paths), whose length differs between machines.
-CHECKPOINT_BYTES_SLACK = 16
+#: the CPU description (the SIMD paths numpy and OpenCV dispatch to), whose length differs
+#: between machines: an AMD EPYC without AVX-512 gives a checkpoint 23 bytes smaller than
+#: the README's machine. A checkpoint grown by more than this still fails the test.
+CHECKPOINT_BYTES_SLACK = 48
 
 
 def fenced_blocks(markdown: str) -> list[tuple[str, str, str]]:
