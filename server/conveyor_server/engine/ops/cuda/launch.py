@@ -57,25 +57,27 @@ def to_device(batch: Sequence[Any], device_id: int) -> list[Any]:
     its compute stream."""
     cp = _cupy()
     with streams.computing(device_id):
-        return [cp.ascontiguousarray(cp.asarray(v)) for v in batch]
+        # A C-contiguous CuPy array (what the decoders and kernels give) is passed as it is.
+        return [v if isinstance(v, cp.ndarray) and v.flags.c_contiguous
+                else cp.ascontiguousarray(cp.asarray(v)) for v in batch]
 
 
 def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> tuple[list[Any], Any]:
     """One allocation holding every sample's output; the samples as views, and their
-    device pointers."""
+    device pointers (computed from the allocation's, uploaded in one copy)."""
     cp = _cupy()
-    sizes = [math.prod(s) for s in shapes]
+    sizes = np.array([math.prod(s) for s in shapes], dtype=np.int64)
     # Each sample starts 16-byte aligned.
     align = max(1, 16 // dtype.itemsize)
-    starts = []
-    total = 0
-    for size in sizes:
-        starts.append(total)
-        total += -(-size // align) * align
-    buffer = cp.empty(max(total, 1), dtype=dtype)
-    views = [buffer[a:a + n].reshape(shape) for a, n, shape in zip(starts, sizes, shapes,
-                                                                   strict=True)]
-    return views, _pointers(views)
+    padded = -(-sizes // align) * align
+    starts = np.cumsum(padded) - padded  # in elements
+    buffer = cp.empty(max(int(padded.sum()), 1), dtype=dtype)
+    memory = buffer.data
+    offsets = (starts * dtype.itemsize).tolist()
+    views = [cp.ndarray(shape, dtype, memory + offset)
+             for shape, offset in zip(shapes, offsets, strict=True)]
+    pointers = np.uint64(memory.ptr) + (starts * dtype.itemsize).astype(np.uint64)
+    return views, cp.asarray(pointers)
 
 
 def _pointers(arrays: Sequence[Any]) -> Any:
