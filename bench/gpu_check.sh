@@ -16,7 +16,8 @@
 # brings back: check.log (everything, the gpu tests' output included), digests.txt (the
 # first batches' bytes, this tree against the baseline), profile.json (where a batch's
 # host time goes), bench.json and bench-baseline.json (images/s in process and over the
-# stream, GPU use, host cores, this tree and the baseline on the same card), peers.json
+# stream, GPU use, host cores, this tree and the baseline on the same card; this tree's
+# also in process with outputs kept on the GPU, on one and on two compute streams), peers.json
 # (nvImageCodec's bare decode and torchvision's GPU pipeline on the same files), host.txt
 # (the batched host steps against the per-file ones, on the device's cores), and
 # summary.txt last (the card, each step's exit and time, the digests' comparison, and
@@ -101,7 +102,7 @@ FILES=$DATA/n2000
 
 PYTHONPATH=$NEW step "gpu tests" 120 $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_gpu.py tests/engine/test_cuda_gpu.py \
-    tests/engine/test_gpu_streams.py
+    tests/engine/test_gpu_streams.py tests/engine/test_device_outputs.py
 PYTHONPATH=$NEW step "digests, this tree" 60 $PY -m bench.gpu_digests --data "$FILES" \
     --batches 4 --device $DEVICE --out "$WORK/digests-new.json"
 PYTHONPATH=$OLD step "digests, baseline" 60 $PY -m bench.gpu_digests --data "$FILES" \
@@ -110,7 +111,7 @@ PYTHONPATH=$NEW $PY -m bench.gpu_digests --compare "$WORK/digests-old.json" \
     "$WORK/digests-new.json" | tee "$OUT/digests.txt" | tee -a "$SUMMARY"
 PYTHONPATH=$NEW step profile 45 $PY -m bench.gpu_profile --data "$FILES" --batches 20 \
     --device $DEVICE --json "$OUT/profile.json"
-PYTHONPATH=$NEW step "bench, this tree" 100 $PY -m bench.gpu --runs 2 --data "$DATA" \
+PYTHONPATH=$NEW step "bench, this tree" 150 $PY -m bench.gpu --runs 2 --data "$DATA" \
     --json "$OUT/bench.json"
 (cd .baseline && PYTHONPATH=$OLD step "bench, baseline" 80 $PY -m bench.gpu --runs 1 \
     --data "$DATA" --json "$OUT/bench-baseline.json")

@@ -18,12 +18,12 @@ from conveyor.errors import FailedPrecondition
 from conveyor_server import Pipeline
 from conveyor_server.app.metrics import Metrics
 from conveyor_server.engine.device.output_ring import OutputRing
-from conveyor_server.engine.gpu_staging import copy_out
 from conveyor_server.engine.staging import (
     ALIGN,
     BatchStager,
     HostCopier,
     OutputStaging,
+    copy_out,
     spans,
 )
 from conveyor_server.service.lifecycle import Runtime

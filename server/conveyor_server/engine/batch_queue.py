@@ -31,20 +31,19 @@ from conveyor_server.engine.plan import Plan
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.stages.external_source_epochs import EpochCrossings
 from conveyor_server.engine.stages.positions import StagePositions
-from conveyor_server.engine.staging import OutputStaging, StagedBatch
-
-Batch = tuple[TensorList, ...]
+from conveyor_server.engine.staging import Batch, Staging, Taken
 
 
 class BatchQueue:
     def __init__(self, plan: Plan, segments: SegmentRunner, positions: StagePositions,
-                 epochs: EpochCrossings, staging: OutputStaging | None, limits: EngineLimits,
+                 epochs: EpochCrossings, staging: Staging | None, limits: EngineLimits,
                  pool: Executor, threads: int, depth: int) -> None:
         self._plan = plan
         self._segments = segments
         self._positions = positions
         self._epochs = epochs
-        #: A GPU pipeline's outputs leave the GPU through a ring of pinned buffers.
+        #: How a GPU pipeline's outputs reach the caller: through a ring of pinned
+        #: buffers, or kept on the device (``gpu_staging.py``).
         self.staging = staging
         self._limits = limits
         self._pool = pool
@@ -57,8 +56,9 @@ class BatchQueue:
         self.produce_until: float = math.inf
         self.closed = False
 
-    def next(self) -> tuple[Batch, StagedBatch | None]:
-        """The next batch and, for a GPU pipeline, the ring slot its outputs are views of."""
+    def next(self) -> tuple[Batch, Taken | None]:
+        """The next batch and, for a GPU pipeline, what was taken for it: the ring slot its
+        outputs are views of, or the batch handed over on the device."""
         self._fill()
         self._stage_ready()
         pending = self._inflight.popleft()

@@ -34,7 +34,7 @@ from conveyor_server.engine.batch_queue import Batch, BatchQueue
 from conveyor_server.engine.checkpoint_writer import CheckpointWriter
 from conveyor_server.engine.data.listings import ListingArchive, first_change, keep_listings
 from conveyor_server.engine.data.object_store import ObjectStores
-from conveyor_server.engine.gpu_staging import kept_outputs, output_stager
+from conveyor_server.engine.gpu_staging import DeviceHandover, GpuOutputs, gpu_staging
 from conveyor_server.engine.identity import checkpoint as ckpt
 from conveyor_server.engine.identity.behaviour.measure import Behaviour, process_behaviour
 from conveyor_server.engine.identity.engine_id import engine_id
@@ -46,7 +46,6 @@ from conveyor_server.engine.stages.external_source_epochs import EpochCrossings
 from conveyor_server.engine.stages.job_share import Share
 from conveyor_server.engine.stages.positions import StagePositions
 from conveyor_server.engine.stages.source_callables import IN_PROCESS, ExternalSources
-from conveyor_server.engine.staging import OutputStaging
 
 #: Whether operators registered in both forms run per batch unless told otherwise.
 BATCH_OPS = True
@@ -79,6 +78,9 @@ class Pipeline:
         sources: ExternalSources = IN_PROCESS,
         share: Share | None = None,
         objects: ObjectStores | None = None,
+        device_outputs: bool = False,
+        cuda_stream: Any = None,
+        gpu_streams: int = 1,
     ) -> None:
         """``batch_ops``: run operators registered per batch in that form (they give the
         same bytes as their per-sample form; see ``ops/registry.py``). ``behaviour``: this
@@ -96,7 +98,13 @@ class Pipeline:
         own share, or a plain pipeline's). ``objects``: the clients of object storage its
         readers use for ``s3://``, ``gs://`` and ``az://`` data (a server's, shared; by
         default configured by the
-        environment alone)."""
+        environment alone). ``device_outputs``: ``run()`` returns the outputs a GPU
+        operator computes on the device, as ``DeviceTensorList``s of CuPy arrays, instead
+        of in host memory (``gpu_staging.py``); ``cuda_stream``: the stream the caller
+        works on them on (a handle, a CuPy stream or PyTorch's; by default the legacy
+        default stream), which waits on the GPU for each batch's work. ``gpu_streams``:
+        how many compute streams a GPU pipeline's batches take turns on, so that one
+        batch's decode overlaps another's kernels (``device/streams.py``)."""
         body = ckpt.open_blob(checkpoint) if checkpoint is not None else None
         if spec is None:
             if body is None:
@@ -114,8 +122,12 @@ class Pipeline:
         self._plan: Plan = build_plan(spec, roots, limits, batch_ops=batch_ops, sources=sources,
                                       objects=objects)
         self._limits = limits
+        if gpu_streams < 1:
+            raise InvalidArgument(f"gpu_streams: expected at least 1 stream, got {gpu_streams}")
+        gpu = GpuOutputs(device_outputs, cuda_stream, gpu_streams)
+        self._handover: DeviceHandover | None = None
         try:
-            self._start(spec, body, share, listings, pool)
+            self._start(spec, body, share, listings, pool, gpu)
         except BaseException:
             if self._plan.source_pool is not None:
                 self._plan.source_pool.close()
@@ -123,8 +135,15 @@ class Pipeline:
             raise
 
     def _start(self, spec: pipeline_pb2.PipelineSpec, body: Any, share: Share | None,
-               listings: ListingArchive | None, pool: Executor | None) -> None:
-        self._segments = SegmentRunner(self._plan)
+               listings: ListingArchive | None, pool: Executor | None,
+               gpu: GpuOutputs) -> None:
+        depth = max(1, spec.prefetch_queue_depth)
+        staging = gpu_staging(self._plan, depth, gpu)
+        if isinstance(staging, DeviceHandover):
+            self._handover = staging
+        self._segments = SegmentRunner(
+            self._plan, finish=staging.finish if staging is not None else None,
+            lanes=gpu.streams)
         single_threaded_opencv()
         self._batch_size = spec.batch_size
         if body is not None:
@@ -135,10 +154,7 @@ class Pipeline:
             keep_listings(listings, (b.identity for b in self._plan.readers.values()))
         self.share = positions.share
         self._epochs = EpochCrossings(self._plan.stages)
-        depth = max(1, spec.prefetch_queue_depth)
         threads = max(1, spec.num_threads)
-        stager = output_stager(self._plan, depth)
-        staging = OutputStaging(stager) if stager is not None else None
         self._own_pool = pool is None
         self._pool = pool or ThreadPoolExecutor(threads, thread_name_prefix="conveyor-worker")
         self._queue = BatchQueue(self._plan, self._segments, positions, self._epochs, staging,
@@ -223,17 +239,18 @@ class Pipeline:
 
     def run(self) -> Batch:
         """The next batch: one TensorList per pipeline output, the caller's to keep (a GPU
-        pipeline's copied out of its output ring, once: ``gpu_staging.kept_outputs``)."""
-        outputs, staged = self._queue.next()
-        return outputs if staged is None else kept_outputs(outputs, staged)
+        pipeline's lent out of its output ring, or copied once: ``staging.kept_outputs``;
+        on the device with ``device_outputs``)."""
+        outputs, taken = self._queue.next()
+        return outputs if taken is None else taken.kept(outputs)
 
     def run_staged(self) -> tuple[Batch, Callable[[], None]]:
         """The next batch and the function to call once done with its bytes: a GPU
         pipeline's outputs are views of an output-ring slot (``output_ring.py``), free for
         another batch only after that call. The stream encodes from them; ``run()``
         copies them out."""
-        outputs, staged = self._queue.next()
-        return outputs, (staged.release if staged is not None else lambda: None)
+        outputs, taken = self._queue.next()
+        return (outputs, lambda: None) if taken is None else taken.lent(outputs)
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -316,6 +333,8 @@ class Pipeline:
         self._queue.close()
         if self._own_pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._handover is not None:
+            self._handover.close()
         if self._plan.source_pool is not None:
             self._plan.source_pool.close()
         self._close_files()

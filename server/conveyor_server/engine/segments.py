@@ -29,6 +29,7 @@ import numpy as np
 from conveyor.errors import ConveyorError, DataFileError, Internal
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
 from conveyor_server.engine.data.file_batch import FileBatch
+from conveyor_server.engine.device import streams
 from conveyor_server.engine.ops.registry import BatchOp, SampleFailed, SampleOp
 from conveyor_server.engine.plan import (
     SAMPLE_INDEX_REF,
@@ -93,8 +94,15 @@ def _fail(step: Step, exc: Exception, on: str) -> NoReturn:
 
 
 class SegmentRunner:
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan,
+                 finish: Callable[[list[SampleState]], None] | None = None,
+                 lanes: int = 1) -> None:
+        """``finish``: each batch's last phase, where given (a GPU pipeline marks there the
+        end of the batch's work, which its copies or its caller wait for). ``lanes``: the
+        compute streams a GPU pipeline's batches take turns on (``device/streams.py``):
+        batch k's batch phases run in lane k mod ``lanes``."""
         self._plan = plan
+        self._lanes = lanes
         self._lock = threading.Lock()
         self.files_read = 0
         #: Samples left out ("skip") or replaced ("replace") in the batches output so far.
@@ -117,6 +125,7 @@ class SegmentRunner:
             else:
                 self._phases.append(SamplePhase(
                     self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)))
+        self._finish = [] if finish is None else [BatchPhase(finish)]
 
     def start(self, sources: SourceValues, batch_index: int, pool: Executor,
               threads: int) -> BatchWork[SampleState]:
@@ -139,12 +148,25 @@ class SegmentRunner:
         phases: list[Phase[SampleState]] = []
         if self._batch_readers:
             phases.append(BatchPhase(self._read_files))
+        lane = batch_index % self._lanes
         phases += [phase if isinstance(phase, SamplePhase)
-                   else BatchPhase(partial(phase, batch_index))
+                   else self._in_lane(lane, partial(phase, batch_index))
                    for phase in self._phases]
+        phases += [self._in_lane(lane, phase.run) for phase in self._finish]
         work = BatchWork(states, phases)
         work.start(pool, threads)
         return work
+
+    def _in_lane(self, lane: int, run: Callable[[list[SampleState]], None]
+                 ) -> BatchPhase[SampleState]:
+        """``run`` as a batch phase whose GPU work goes to ``lane``'s compute stream."""
+        if self._lanes == 1:
+            return BatchPhase(run)
+
+        def in_lane(states: list[SampleState]) -> None:
+            with streams.lane(lane):
+                run(states)
+        return BatchPhase(in_lane)
 
     def outputs(self, states: list[SampleState]) -> list[list[Any]]:
         """Each pipeline output's samples, in order: a failed sample is left out ("skip") or
@@ -203,8 +225,10 @@ class SegmentRunner:
         """Batch steps run one after another on the batch: each step's inputs are the
         columns the chain made, or gathered from the samples once; ``live``: what the
         samples keep after the chain."""
+        ops: list[BatchOp] = []
         for step in steps:
             assert isinstance(step.op, BatchOp)
+            ops.append(step.op)
         made_here = {(step.op_index, o) for step in steps for o in range(step.num_outputs)}
         kept = [ref for ref in made_here if ref in live]
 
@@ -217,14 +241,14 @@ class SegmentRunner:
                     columns[ref] = [s.values[ref] for s in rows]
                 return columns[ref]
 
-            for step in steps:
+            for step, op in zip(steps, ops, strict=True):
                 while True:  # once, or again without a sample its on_error policy leaves out
                     if not rows:
                         return
                     inputs = [column(r) for r in step.inputs]
                     targs = {k: column(r) for k, r in step.arg_inputs.items()}
                     try:
-                        outs = step.op.fn(inputs, targs)
+                        outs = op.fn(inputs, targs)
                         break
                     except SampleFailed as failure:
                         failed, error = rows[failure.index], failure.error
@@ -233,8 +257,8 @@ class SegmentRunner:
                         assert isinstance(error, ConveyorError)
                         failed.fail(step.on_error, step.label, error)
                         del rows[failure.index]
-                        for values in columns.values():
-                            del values[failure.index]
+                        for made in columns.values():
+                            del made[failure.index]
                     except Exception as exc:
                         _fail(step, exc, f"batch {batch_index}")
                 if len(outs) != step.num_outputs or any(len(o) != len(rows) for o in outs):

@@ -13,17 +13,30 @@ then releases the slot.
 A ``Copier`` says which values it copies and how: ``gpu_staging.CudaCopier`` copies CuPy
 arrays on a CUDA stream into pinned memory; ``HostCopier`` copies numpy arrays (for the
 tests of this bookkeeping on machines without a GPU), merged by the same ``spans``.
+
+``run()`` hands its caller a batch it may keep (``kept_outputs``): the slot's buffer itself,
+lent to the caller until its arrays are gone (``OutputRing.lend``), so a batch leaves the
+GPU in one copy per output and is not copied again on the host; past the ring's lending
+limit (a caller keeping many batches), ``copy_out`` copies the samples out of the slot once,
+back to back into one host buffer. Either way a batch of one shape is one array
+(``TensorList.as_array`` is a view, not another copy).
+
+A pipeline whose outputs stay on the GPU (``gpu_staging.DeviceHandover``) takes the place
+of the ring here: the batch queue sees either as a ``Staging``, and what it takes for a
+batch as a ``Taken``.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from conveyor.tensor_list import TensorList
 from conveyor_server.engine.batch_work import BatchWork
 from conveyor_server.engine.device.output_ring import OutputRing, Slot
 from conveyor_server.engine.segments import SampleState
@@ -33,6 +46,36 @@ ALIGN = 64
 
 class Fence(Protocol):
     def wait(self) -> None: ...
+
+
+#: One output per pipeline output, as the batch queue hands them out.
+Batch = tuple[TensorList, ...]
+
+
+class Taken(Protocol):
+    """What a batch's outputs need once taken: ``kept`` gives the caller of ``run()``
+    outputs to keep as long as it likes (and gives back what the batch held);
+    ``lent`` gives the outputs and what to call once done with them (``run_staged()``)."""
+
+    def kept(self, outputs: Batch) -> Batch: ...
+
+    def lent(self, outputs: Batch) -> tuple[Batch, Callable[[], None]]: ...
+
+    def release(self) -> None: ...
+
+
+class Staging(Protocol):
+    """How a GPU pipeline's batches reach the caller (the ring, or kept on the device).
+    ``finish`` is each batch's last phase, on the worker that ends the batch."""
+
+    def finish(self, states: list[SampleState]) -> None: ...
+
+    def take(self, work: BatchWork[SampleState], states: Sequence[SampleState],
+             batch: int) -> Taken: ...
+
+    def ahead(self, inflight: Iterable[BatchWork[SampleState]], first: int) -> None: ...
+
+    def drop(self) -> None: ...
 
 
 class Copier(Protocol):
@@ -46,8 +89,15 @@ class Copier(Protocol):
         """Start copying ``source`` into ``target`` (a host view of its size and dtype)."""
         ...
 
-    def fence(self) -> Fence:
-        """What to wait on for every copy started so far."""
+    def computed(self) -> Any:
+        """What marks the end of the work enqueued so far on this thread's compute stream
+        (an event; None where copies need no ordering): a batch's last phase asks."""
+        ...
+
+    def fence(self, after: Any = None) -> Fence:
+        """Issue the copies started so far, after ``after`` (what ``computed`` gave for
+        their batch; None: after all the work enqueued so far), and return what to wait
+        on for them."""
         ...
 
 
@@ -95,7 +145,10 @@ class HostCopier:
     def copy(self, source: Any, target: np.ndarray) -> None:
         self._queued.append((np.ascontiguousarray(source), target))
 
-    def fence(self) -> Fence:
+    def computed(self) -> Any:
+        return None
+
+    def fence(self, after: Any = None) -> Fence:
         queued, self._queued = self._queued, []
         for source, target, nbytes in spans((s.ctypes.data, t.ctypes.data, s.nbytes)
                                             for s, t in queued):
@@ -122,6 +175,12 @@ class StagedBatch:
             self.released = True
             self.ring.release(self.slot)
 
+    def kept(self, outputs: Batch) -> Batch:
+        return kept_outputs(outputs, self)
+
+    def lent(self, outputs: Batch) -> tuple[Batch, Callable[[], None]]:
+        return outputs, self.release
+
 
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
@@ -130,15 +189,17 @@ def _aligned(n: int) -> int:
 class BatchStager:
     def __init__(self, ring: OutputRing, copier: Copier, outputs: Sequence[Any]) -> None:
         self.ring = ring
-        self._copier = copier
+        self.copier = copier
         self._outputs = list(outputs)
 
-    def stage(self, batch: int, samples: Sequence[Any]) -> StagedBatch | None:
-        """Copy ``batch``'s device outputs into a slot. ``samples``: each sample's
+    def stage(self, batch: int, samples: Sequence[Any], after: Any = None
+              ) -> StagedBatch | None:
+        """Copy ``batch``'s device outputs into a slot, after ``after`` (the end of the
+        batch's work, as the copier's ``computed`` marked it). ``samples``: each sample's
         ``values`` mapping (by output ref), whose device arrays are replaced by host views.
         None when no slot is free (nothing is changed then)."""
         places = [(values, ref) for ref in self._outputs for values in samples
-                  if self._copier.takes(values.get(ref))]
+                  if self.copier.takes(values.get(ref))]
         offsets = []
         end = 0
         for n, (values, ref) in enumerate(places):
@@ -153,9 +214,9 @@ class BatchStager:
             source = values[ref]
             view = slot.buffer[offset:offset + int(source.nbytes)].view(
                 np.dtype(source.dtype)).reshape(source.shape)
-            self._copier.copy(source, view)
+            self.copier.copy(source, view)
             values[ref] = view
-        return StagedBatch(self.ring, slot, self._copier.fence())
+        return StagedBatch(self.ring, slot, self.copier.fence(after))
 
 
 
@@ -165,6 +226,21 @@ class OutputStaging:
     def __init__(self, stager: BatchStager) -> None:
         self.stager = stager
         self._ahead: dict[BatchWork[SampleState], StagedBatch] = {}
+        # The end of each computed batch's work, by its states list (held, so that its id
+        # is not reused while here).
+        self._ends: dict[int, tuple[list[SampleState], Any]] = {}
+        self._lock = threading.Lock()
+
+    def finish(self, states: list[SampleState]) -> None:
+        """A batch's last phase: mark the end of its work, which its copies wait for."""
+        end = self.stager.copier.computed()
+        with self._lock:
+            self._ends[id(states)] = (states, end)
+
+    def _end(self, states: Sequence[SampleState]) -> Any:
+        with self._lock:
+            entry = self._ends.pop(id(states), None)
+        return None if entry is None else entry[1]
 
     def take(self, work: BatchWork[SampleState], states: Sequence[SampleState],
              batch: int) -> StagedBatch:
@@ -172,7 +248,8 @@ class OutputStaging:
         ahead, or one staged now; waits for its copies."""
         staged = self._ahead.pop(work, None)
         if staged is None:
-            staged = self.stager.stage(batch, [s.values for s in states if not s.failed])
+            staged = self.stager.stage(batch, [s.values for s in states if not s.failed],
+                                       self._end(states))
             if staged is None:
                 raise self.stager.ring.exhausted()
         staged.wait()
@@ -191,8 +268,12 @@ class OutputStaging:
                 states = work.results()
             except BaseException:  # run() raises it in its turn
                 return
-            staged = self.stager.stage(first + k, [s.values for s in states if not s.failed])
+            end = self._end(states)
+            staged = self.stager.stage(first + k, [s.values for s in states if not s.failed],
+                                       end)
             if staged is None:
+                with self._lock:  # taken again when a slot is free
+                    self._ends[id(states)] = (states, end)
                 return
             self._ahead[work] = staged
 
@@ -203,4 +284,61 @@ class OutputStaging:
             staged.wait()  # the copies read device memory until they are done
             staged.release()
         self._ahead.clear()
+        with self._lock:
+            self._ends.clear()
         self.stager.ring.restart()
+
+
+def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray] | None:
+    """``samples`` copied out of ``slot`` (a ring slot's buffer) once, back to back in one
+    new buffer, so that samples of one shape form one array without another copy; None
+    when no sample lies in the slot (an output the ring does not hold, returned as it is).
+    """
+    if not any(np.may_share_memory(s, slot) for s in samples):
+        return None
+    packed = np.empty(sum(int(s.nbytes) for s in samples), dtype=np.uint8)
+    out = []
+    offset = 0
+    for sample in samples:
+        view = packed[offset:offset + sample.nbytes].view(sample.dtype).reshape(sample.shape)
+        np.copyto(view, sample)
+        out.append(view)
+        offset += sample.nbytes
+    return out
+
+
+def kept_outputs(outputs: Sequence[TensorList], staged: StagedBatch) -> tuple[TensorList, ...]:
+    """A staged batch's ``outputs``, the caller's to keep as long as it likes, and the slot
+    given back: views of the slot's buffer lent to the caller (``OutputRing.lend``: no
+    copy; the buffer comes back to the ring when the caller's arrays are gone), or, where
+    the ring lends no more, copied out of the slot once (``copy_out``). The outputs the
+    ring does not hold, such as a reader's labels, are returned as they are.
+    ``run_staged`` hands out the ring's own views instead, valid until released."""
+    try:
+        slot = staged.slot.buffer
+        lent = staged.ring.lend(staged.slot)
+        copies = []
+        for out in outputs:
+            samples = list(out)
+            if lent is not None:
+                moved = rebased(samples, slot, lent)
+            else:
+                moved = copy_out(samples, slot)
+            copies.append(out if moved is None else TensorList(moved, out.layout(), out.dtype))
+    finally:
+        staged.release()
+    return tuple(copies)
+
+
+def rebased(samples: Sequence[np.ndarray], old: np.ndarray,
+            new: np.ndarray) -> list[np.ndarray] | None:
+    """``samples`` (views of the buffer ``old``) as the same views of ``new``, a buffer of
+    the same bytes; None when no sample lies in ``old``."""
+    if not any(np.may_share_memory(s, old) for s in samples):
+        return None
+    start = old.ctypes.data
+    out = []
+    for sample in samples:
+        offset = sample.ctypes.data - start
+        out.append(new[offset:offset + sample.nbytes].view(sample.dtype).reshape(sample.shape))
+    return out

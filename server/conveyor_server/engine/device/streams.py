@@ -20,21 +20,49 @@ default stream. The copies out of the GPU run on a copy stream of each pipeline
 
 Pipelines on one device share its compute stream (as they shared the legacy default
 stream before), so their kernels run one after another; each has its own copy stream.
-CuPy is imported here only when a stream is asked for.
+
+A pipeline may keep several batches in flight on streams of their own (``gpu_streams``):
+batch k's work then goes to *lane* k mod N, each lane a compute stream of the device, so
+the decode of one batch overlaps the kernels of another. The lane is the thread's while it
+runs a batch's GPU phases (``lane``), so the operators and the decoder, which ask
+``computing`` for their stream, need no argument for it; each batch's last phase records
+the event its copies (or its caller) wait for on its own lane. Which lane computes a batch
+changes no byte. CuPy is imported here only when a stream is asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+#: The lane of the batch this thread is running the GPU phases of (0 outside of one).
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def lane(number: int) -> Iterator[None]:
+    """This thread's GPU work goes to lane ``number``'s compute stream meanwhile."""
+    before = current_lane()
+    _THREAD.lane = number
+    try:
+        yield
+    finally:
+        _THREAD.lane = before
+
+
+def current_lane() -> int:
+    """The lane of this thread's GPU work (0 unless in ``lane``)."""
+    number: int = getattr(_THREAD, "lane", 0)
+    return number
+
 
 @functools.cache
-def compute_stream(device_id: int) -> Any:
-    """The non-blocking stream GPU work on CUDA device ``device_id`` runs on (one per
-    device and process, made on first use)."""
+def compute_stream(device_id: int, lane: int = 0) -> Any:
+    """The non-blocking stream GPU work on CUDA device ``device_id`` runs on in ``lane``
+    (one per device, lane and process, made on first use)."""
     import cupy
 
     with cupy.cuda.Device(device_id):
@@ -43,12 +71,12 @@ def compute_stream(device_id: int) -> Any:
 
 @contextlib.contextmanager
 def computing(device_id: int) -> Iterator[Any]:
-    """Device ``device_id`` as the current device and its compute stream as the current
-    stream of this thread (for CuPy's allocations, copies and launches); yields the
+    """Device ``device_id`` as the current device and the compute stream of this thread's
+    lane as its current stream (for CuPy's allocations, copies and launches); yields the
     stream."""
     import cupy
 
     with cupy.cuda.Device(device_id):
-        stream = compute_stream(device_id)
+        stream = compute_stream(device_id, current_lane())
         with stream:
             yield stream

@@ -1,0 +1,271 @@
+"""Outputs kept on the device (``Pipeline(spec, device_outputs=True)``): the loans of their
+memory and the order a batch is handed over in, checked on any machine with events that
+stand in for CUDA's (``engine/device/device_outputs.py``, ``engine/gpu_staging.py``). The
+same on a GPU is in ``test_cuda_gpu.py``."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conveyor import fn, pipeline_def, types
+from conveyor.errors import Internal, InvalidArgument
+from conveyor_server import Pipeline
+from conveyor_server.engine.device import streams
+from conveyor_server.engine.device.device_outputs import DeviceLoans
+from conveyor_server.engine.gpu_staging import DeviceHandover
+from conveyor_server.engine.segments import SampleState, SegmentRunner
+from tests.support.images import make_image_folder
+
+
+class FakeEvent:
+    """An event that has passed once the test says so."""
+
+    def __init__(self, tag: Any = None) -> None:
+        self.tag = tag
+        self.done = False
+        self.waited_on = 0
+
+    def synchronize(self) -> None:
+        self.waited_on += 1
+        self.done = True
+
+
+class Held:
+    """Stands in for a batch's device memory: weakly referenced to see when it is freed."""
+
+
+class Recorder:
+    """Records events on the caller's stream, keeping them for the test."""
+
+    def __init__(self) -> None:
+        self.events: list[FakeEvent] = []
+
+    def __call__(self) -> FakeEvent:
+        self.events.append(FakeEvent())
+        return self.events[-1]
+
+
+def lend_and_drop(loans: DeviceLoans) -> weakref.ref[Held]:
+    memory = Held()
+    loan = loans.lend([memory])
+    freed = weakref.ref(memory)
+    del memory, loan
+    return freed
+
+
+def test_memory_given_back_is_freed_only_once_the_callers_stream_is_past_it() -> None:
+    record = Recorder()
+    events = record.events
+    loans = DeviceLoans(record)
+    memory = Held()
+    loan = loans.lend([memory])
+    freed = weakref.ref(memory)
+    del memory
+    loans.collect()
+    assert loans.lent == 1 and not events and freed() is not None  # still out
+    del loan
+    assert loans.lent == 0 and loans.waiting == 1
+    loans.collect()
+    assert len(events) == 1 and loans.waiting == 1 and freed() is not None
+    loans.collect()  # the caller's stream is not past it yet
+    assert len(events) == 1 and freed() is not None
+    events[0].done = True
+    loans.collect()
+    assert loans.waiting == 0 and freed() is None
+
+
+def test_loans_ended_together_wait_behind_one_event_and_on_any_thread() -> None:
+    record = Recorder()
+    events = record.events
+    loans = DeviceLoans(record)
+    freed = [lend_and_drop(loans)]
+    box: list[Any] = [loans.lend([Held()])]
+    ended = threading.Thread(target=box.clear)  # the last reference dropped elsewhere
+    ended.start()
+    ended.join()
+    assert loans.waiting == 2
+    loans.collect()
+    assert len(events) == 1 and all(f() is not None for f in freed)
+    events[0].done = True
+    loans.collect()
+    assert loans.waiting == 0 and all(f() is None for f in freed)
+
+
+def test_closing_waits_for_the_callers_stream_and_later_returns_wait_at_once() -> None:
+    record = Recorder()
+    events = record.events
+    loans = DeviceLoans(record)
+    freed = lend_and_drop(loans)
+    kept = Held()
+    loan = loans.lend([kept])
+    loans.close()
+    assert events[0].waited_on == 1 and freed() is None and loans.waiting == 0
+    later = weakref.ref(kept)
+    del kept, loan
+    gc.collect()
+    assert events[1].waited_on == 1 and later() is None and loans.lent == 0
+
+
+# -- the handover ------------------------------------------------------------------------
+
+
+class FakeOrder:
+    """``gpu_staging.Order`` without a GPU: numbered events, and which the caller waited."""
+
+    def __init__(self) -> None:
+        self.consumer = "the caller's stream"
+        self._count = itertools.count()
+        self.waited: list[FakeEvent] = []
+        self.computed_by: list[str] = []
+
+    def computed(self) -> FakeEvent:
+        """Tagged with the lane of the thread that marks a batch's end."""
+        self.computed_by.append(threading.current_thread().name)
+        return FakeEvent(("computed", next(self._count), streams.current_lane()))
+
+    def consumed(self) -> FakeEvent:
+        return FakeEvent(("consumed", next(self._count)))
+
+    def wait(self, event: Any) -> None:
+        self.waited.append(event)
+
+
+@pipeline_def(batch_size=3, seed=4, prefetch_queue_depth=2, num_threads=2,
+              enable_checkpointing=True)
+def crops(root: str) -> Any:
+    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
+    images = fn.decoders.image_random_crop(jpegs, output_type=types.RGB)
+    return fn.resize(images, size=(24, 20)), labels
+
+
+def handed_over(pipe: Pipeline, order: FakeOrder, lanes: int = 1
+                ) -> tuple[DeviceHandover, list[tuple[int, Any]]]:
+    """Hand ``pipe``'s batches over as a GPU pipeline keeping its outputs on the device
+    does; returns the handover and, for each batch taken, its states' id and the event its
+    last phase recorded (None where none was)."""
+    handover = DeviceHandover(order, lambda value: False)
+    recorded: dict[int, Any] = {}
+
+    def finish(states: list[SampleState]) -> None:
+        handover.finish(states)
+        recorded[id(states)] = handover._events[id(states)][1]
+
+    taken: list[tuple[int, Any]] = []
+    take = handover.take
+
+    def take_and_note(work: Any, states: Any, batch: int) -> Any:
+        taken.append((id(states), recorded.get(id(states))))
+        return take(work, states, batch)
+
+    handover.take = take_and_note  # type: ignore[method-assign]
+    pipe._segments = pipe._queue._segments = SegmentRunner(pipe._plan, finish=finish,
+                                                           lanes=lanes)
+    pipe._queue.staging = handover
+    return handover, taken
+
+
+def test_each_batch_is_handed_over_after_the_event_its_own_last_phase_recorded(
+        tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as kept:
+        order = FakeOrder()
+        handover, taken = handed_over(kept, order)
+        for k in range(4):
+            if k == 2:
+                plain.seek(1)
+                kept.seek(1)  # the batches computed ahead are dropped, and their events
+            for a, b in zip(plain.run(), kept.run(), strict=True):
+                for x, y in zip(a, b, strict=True):
+                    np.testing.assert_array_equal(x, y)
+        assert len(taken) == len(order.waited) == 4
+        for (_, event), waited in zip(taken, order.waited, strict=True):
+            assert event is not None and waited is event
+        assert all(name.startswith("conveyor-worker") for name in order.computed_by)
+        # Only the batches computed ahead are marked; those dropped by the seek are not.
+        kept.wait_prefetched()
+        assert len(handover._events) == len(kept._queue._inflight) > 0
+
+
+def test_batches_take_turns_on_the_lanes_and_mark_their_end_on_their_own(
+        tmp_path: Path) -> None:
+    """With two compute streams, batch k's last phase runs in lane k mod 2 (so its end is
+    marked on its own lane's stream); the bytes are the same."""
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root), gpu_streams=2) as two:
+        order = FakeOrder()
+        handed_over(two, order, lanes=2)
+        indices = [0, 1, 2, 3, 2, 3, 4]
+        for k, index in enumerate(indices):
+            if k and index != indices[k - 1] + 1:
+                plain.seek(index)
+                two.seek(index)
+            for a, b in zip(plain.run(), two.run(), strict=True):
+                for x, y in zip(a, b, strict=True):
+                    np.testing.assert_array_equal(x, y)
+        lanes = [event.tag[2] for event in order.waited]
+        assert lanes == [index % 2 for index in indices]
+        assert streams.current_lane() == 0  # the lane is the batch's, not the thread's
+
+
+def test_gpu_streams_below_one_are_refused_naming_the_argument(tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(4,)))
+    with pytest.raises(InvalidArgument, match="gpu_streams: expected at least 1 stream, got 0"):
+        Pipeline(crops(root), gpu_streams=0)
+
+
+def test_a_lane_is_the_threads_while_in_it_and_nests() -> None:
+    seen: list[int] = []
+
+    def elsewhere() -> None:
+        seen.append(streams.current_lane())
+
+    with streams.lane(3):
+        assert streams.current_lane() == 3
+        other = threading.Thread(target=elsewhere)
+        other.start()
+        other.join()
+        with streams.lane(1):
+            assert streams.current_lane() == 1
+        assert streams.current_lane() == 3
+    assert streams.current_lane() == 0 and seen == [0]
+
+
+def test_device_outputs_change_nothing_for_a_pipeline_without_gpu_outputs(
+        tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(4,)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root), device_outputs=True) as kept:
+        assert kept._handover is None and kept._queue.staging is None
+        for a, b in zip(plain.run(), kept.run(), strict=True):
+            assert type(a) is type(b)
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("given", ["stream", 1.5])
+def test_a_callers_stream_that_is_no_stream_is_refused_naming_it(given: Any) -> None:
+    import cupy
+
+    from conveyor_server.engine.gpu_staging import caller_stream
+
+    with pytest.raises(TypeError, match=f"cuda_stream: .* got {type(given).__name__}"):
+        caller_stream(cupy, given, 0)
+    assert caller_stream(cupy, None, 0) is cupy.cuda.Stream.null
+    assert caller_stream(cupy, 0, 0) is cupy.cuda.Stream.null
+
+
+def test_a_batch_handed_over_without_its_end_marked_is_an_internal_error() -> None:
+    """Every computed batch ends in ``finish``; one that did not is not waited for on a
+    guess (its lane's stream is not known)."""
+    handover = DeviceHandover(FakeOrder(), lambda value: False)
+    no_work: Any = None
+    with pytest.raises(Internal, match="batch 3 was handed over without the end of its GPU"):
+        handover.take(no_work, [], 3)
