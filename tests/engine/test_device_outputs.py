@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, types
 from conveyor.errors import Internal, InvalidArgument
 from conveyor_server import Pipeline
 from conveyor_server.engine.device import streams
@@ -23,6 +22,7 @@ from conveyor_server.engine.device.device_outputs import DeviceLoans
 from conveyor_server.engine.gpu_staging import DeviceHandover
 from conveyor_server.engine.segments import SampleState, SegmentRunner
 from tests.support.images import make_image_folder
+from tests.support.staged_pipeline import crops
 
 
 class FakeEvent:
@@ -136,14 +136,6 @@ class FakeOrder:
 
     def wait(self, event: Any) -> None:
         self.waited.append(event)
-
-
-@pipeline_def(batch_size=3, seed=4, prefetch_queue_depth=2, num_threads=2,
-              enable_checkpointing=True)
-def crops(root: str) -> Any:
-    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
-    images = fn.decoders.image_random_crop(jpegs, output_type=types.RGB)
-    return fn.resize(images, size=(24, 20)), labels
 
 
 def handed_over(pipe: Pipeline, order: FakeOrder, lanes: int = 1

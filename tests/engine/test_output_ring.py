@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conveyor import fn, pipeline_def, types
 from conveyor.client import Client
 from conveyor.errors import FailedPrecondition
 from conveyor_server import Pipeline
@@ -31,6 +30,7 @@ from conveyor_server.service.server import create_server
 from conveyor_server.store.redis_process import RedisProcess
 from conveyor_server.store.store import Store
 from tests.support.images import make_image_folder
+from tests.support.staged_pipeline import crops
 
 Ref = tuple[int, int]
 
@@ -124,14 +124,6 @@ def test_a_staged_batch_is_views_of_one_slot_with_the_same_bytes() -> None:
     staged.release()
     staged.release()  # once only
     assert stager.stage(2, samples(2, 4)) is not None and out.held() == [1, 2]
-
-
-@pipeline_def(batch_size=3, seed=4, prefetch_queue_depth=2, num_threads=2,
-              enable_checkpointing=True)
-def crops(root: str) -> Any:
-    jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True)
-    images = fn.decoders.image_random_crop(jpegs, output_type=types.RGB)
-    return fn.resize(images, size=(24, 20)), labels
 
 
 def through_the_ring(pipe: Pipeline) -> OutputRing:
