@@ -4,7 +4,9 @@ forms giving the same bytes."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +23,8 @@ from conveyor_server.engine import catalog
 from conveyor_server.engine.batch_work import BatchPhase, BatchWork, SamplePhase
 from conveyor_server.engine.ops import registry
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE, BatchOp, OpContext, SampleOp
+from conveyor_server.engine.plan import Step
+from conveyor_server.engine.segments import SampleState, SegmentRunner
 from tests.support.images import make_image_folder
 from tests.support.op_helpers import op_context
 from tests.support.resume import assert_resume_exact, assert_same_stream, run_batches
@@ -362,3 +366,38 @@ def test_closing_a_pipeline_under_a_consumer_ends_its_wait(data: Path, threads: 
         consumer.join(10)
         assert not consumer.is_alive(), "run() is still waiting after close()"
         assert outcome and isinstance(outcome[0], FailedPrecondition), outcome
+
+
+class Token:
+    """A value whose life a weak reference shows."""
+
+
+def test_a_chain_drops_a_column_after_the_last_step_that_reads_it() -> None:
+    """Three batch steps in a chain, the first's output read by the second only: it is
+    gone while the third runs (a GPU batch's memory is not held past its use), and the
+    samples keep only what is live after the chain."""
+    made: list[weakref.ref[Token]] = []
+    alive_in_third: list[list[bool]] = []
+
+    def first(inputs: Sequence[Any], targs: Any) -> tuple[list[Any], ...]:
+        out = [Token() for _ in inputs[0]]
+        made.extend(weakref.ref(t) for t in out)
+        return (out,)
+
+    def second(inputs: Sequence[Any], targs: Any) -> tuple[list[Any], ...]:
+        return ([np.zeros(1) for _ in inputs[0]],)
+
+    def third(inputs: Sequence[Any], targs: Any) -> tuple[list[Any], ...]:
+        gc.collect()
+        alive_in_third.append([ref() is not None for ref in made])
+        return ([np.ones(1) for _ in inputs[0]],)
+
+    steps = [Step(n, name, BatchOp(fn=fn, layouts=("",)), [(n - 1, 0)], {}, 1)
+             for n, (name, fn) in enumerate((("first", first), ("second", second),
+                                             ("third", third)), start=1)]
+    runner = object.__new__(SegmentRunner)  # the chain needs no plan
+    chain = runner._chain(steps, frozenset({(3, 0), (0, 0)}))
+    states = [SampleState({(0, 0): np.zeros(1)}) for _ in range(3)]
+    chain(0, states)
+    assert alive_in_third == [[False, False, False]]
+    assert all(set(s.values) == {(0, 0), (3, 0)} for s in states)

@@ -5,9 +5,13 @@ same on a GPU is in ``test_cuda_gpu.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
+import sys
 import threading
+import time
+import types
 import weakref
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 
 from conveyor.errors import Internal, InvalidArgument
 from conveyor_server import Pipeline
+from conveyor_server.engine.batch_work import BatchEnd, BatchWork
 from conveyor_server.engine.device import streams
 from conveyor_server.engine.device.device_outputs import DeviceLoans
 from conveyor_server.engine.gpu_staging import DeviceHandover
@@ -114,6 +119,25 @@ def test_closing_waits_for_the_callers_stream_and_later_returns_wait_at_once() -
     assert events[1].waited_on == 1 and later() is None and loans.lent == 0
 
 
+def test_a_loan_ending_inside_collect_on_its_thread_is_counted_without_a_deadlock() -> None:
+    """A garbage collection inside ``collect`` may end a loan on the very thread holding
+    the loans' lock: here recording the event drops the last reference to a loan."""
+    box: list[Any] = []
+
+    def record() -> FakeEvent:
+        box.clear()  # the loan's finalizer runs now, inside collect
+        return FakeEvent()
+
+    loans = DeviceLoans(record)
+    lend_and_drop(loans)  # so that collect records an event
+    box.append(loans.lend([Held()]))
+    collecting = threading.Thread(target=loans.collect, daemon=True)
+    collecting.start()
+    collecting.join(10)
+    assert not collecting.is_alive(), "collect deadlocked on a loan ending inside it"
+    assert loans.lent == 0 and loans.waiting == 2
+
+
 # -- the handover ------------------------------------------------------------------------
 
 
@@ -138,30 +162,38 @@ class FakeOrder:
         self.waited.append(event)
 
 
-def handed_over(pipe: Pipeline, order: FakeOrder, lanes: int = 1
-                ) -> tuple[DeviceHandover, list[tuple[int, Any]]]:
+def handed_over(pipe: Pipeline, order: FakeOrder, lanes: int = 1) -> list[tuple[int, Any]]:
     """Hand ``pipe``'s batches over as a GPU pipeline keeping its outputs on the device
-    does; returns the handover and, for each batch taken, its states' id and the event its
-    last phase recorded (None where none was)."""
+    does; returns, for each batch taken, the place among the batches started of the one
+    taken, and the event its own last phase marked (None where none did)."""
     handover = DeviceHandover(order, lambda value: False)
-    recorded: dict[int, Any] = {}
+    marked: dict[int, Any] = {}  # by the id of a batch's states: its last phase's mark
 
-    def finish(states: list[SampleState]) -> None:
-        handover.finish(states)
-        recorded[id(states)] = handover._events[id(states)][1]
+    def finish(end: BatchEnd, states: list[SampleState]) -> None:
+        handover.finish(end, states)
+        marked[id(states)] = end.mark
+
+    runner = SegmentRunner(pipe._plan, finish=finish, lanes=lanes)
+    started: dict[Any, int] = {}
+    start = runner.start
+
+    def start_and_count(*args: Any) -> Any:
+        work = start(*args)
+        started[work] = len(started)
+        return work
 
     taken: list[tuple[int, Any]] = []
     take = handover.take
 
     def take_and_note(work: Any, states: Any, batch: int) -> Any:
-        taken.append((id(states), recorded.get(id(states))))
+        taken.append((started[work], marked.pop(id(states), None)))
         return take(work, states, batch)
 
+    runner.start = start_and_count  # type: ignore[method-assign,assignment]
     handover.take = take_and_note  # type: ignore[method-assign]
-    pipe._segments = pipe._queue._segments = SegmentRunner(pipe._plan, finish=finish,
-                                                           lanes=lanes)
+    pipe._segments = pipe._queue._segments = runner
     pipe._queue.staging = handover
-    return handover, taken
+    return taken
 
 
 def test_each_batch_is_handed_over_after_the_event_its_own_last_phase_recorded(
@@ -169,7 +201,7 @@ def test_each_batch_is_handed_over_after_the_event_its_own_last_phase_recorded(
     root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
     with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as kept:
         order = FakeOrder()
-        handover, taken = handed_over(kept, order)
+        taken = handed_over(kept, order)
         for k in range(4):
             if k == 2:
                 plain.seek(1)
@@ -181,19 +213,17 @@ def test_each_batch_is_handed_over_after_the_event_its_own_last_phase_recorded(
         for (_, event), waited in zip(taken, order.waited, strict=True):
             assert event is not None and waited is event
         assert all(name.startswith("conveyor-worker") for name in order.computed_by)
-        # Only the batches computed ahead are marked; those dropped by the seek are not.
-        kept.wait_prefetched()
-        assert len(handover._events) == len(kept._queue._inflight) > 0
 
 
 def test_batches_take_turns_on_the_lanes_and_mark_their_end_on_their_own(
         tmp_path: Path) -> None:
-    """With two compute streams, batch k's last phase runs in lane k mod 2 (so its end is
-    marked on its own lane's stream); the bytes are the same."""
+    """With two compute streams, the k-th batch started runs its last phase in lane k mod 2
+    (so its end is marked on its own lane's stream), whatever its index; the bytes are the
+    same."""
     root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
     with Pipeline(crops(root)) as plain, Pipeline(crops(root), gpu_streams=2) as two:
         order = FakeOrder()
-        handed_over(two, order, lanes=2)
+        taken = handed_over(two, order, lanes=2)
         indices = [0, 1, 2, 3, 2, 3, 4]
         for k, index in enumerate(indices):
             if k and index != indices[k - 1] + 1:
@@ -202,8 +232,9 @@ def test_batches_take_turns_on_the_lanes_and_mark_their_end_on_their_own(
             for a, b in zip(plain.run(), two.run(), strict=True):
                 for x, y in zip(a, b, strict=True):
                     np.testing.assert_array_equal(x, y)
-        lanes = [event.tag[2] for event in order.waited]
-        assert lanes == [index % 2 for index in indices]
+        assert [event for _, event in taken] == order.waited
+        assert [event.tag[2] for event in order.waited] == [k % 2 for k, _ in taken]
+        assert {k % 2 for k, _ in taken} == {0, 1}
         assert streams.current_lane() == 0  # the lane is the batch's, not the thread's
 
 
@@ -228,6 +259,37 @@ def test_a_lane_is_the_threads_while_in_it_and_nests() -> None:
             assert streams.current_lane() == 1
         assert streams.current_lane() == 3
     assert streams.current_lane() == 0 and seen == [0]
+
+
+def test_a_compute_stream_is_made_once_however_many_threads_ask_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers meeting a lane's stream for the first time at once get one stream: two
+    would leave a batch's work unordered."""
+    made: list[Any] = []
+
+    class SlowStream:  # CuPy's stream, slow to make: the threads overlap in the making
+        def __init__(self, non_blocking: bool) -> None:
+            time.sleep(0.02)
+            made.append(self)
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Device=lambda device_id: contextlib.nullcontext(), Stream=SlowStream))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(streams, "_STREAMS", {})
+    start = threading.Barrier(8)
+    got: list[Any] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(streams.compute_stream(5, 1))
+
+    askers = [threading.Thread(target=ask) for _ in range(8)]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join()
+    assert len(made) == 1 and len(got) == 8 and all(g is made[0] for g in got)
+    assert streams.compute_stream(5, 0) is not made[0] and len(made) == 2
 
 
 def test_device_outputs_change_nothing_for_a_pipeline_without_gpu_outputs(
@@ -258,6 +320,6 @@ def test_a_batch_handed_over_without_its_end_marked_is_an_internal_error() -> No
     """Every computed batch ends in ``finish``; one that did not is not waited for on a
     guess (its lane's stream is not known)."""
     handover = DeviceHandover(FakeOrder(), lambda value: False)
-    no_work: Any = None
+    unmarked: BatchWork[SampleState] = BatchWork([], [], BatchEnd())
     with pytest.raises(Internal, match="batch 3 was handed over without the end of its GPU"):
-        handover.take(no_work, [], 3)
+        handover.take(unmarked, [], 3)

@@ -5,6 +5,7 @@ is the same; only the copies differ)."""
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,9 @@ from conveyor.client import Client
 from conveyor.errors import FailedPrecondition
 from conveyor_server import Pipeline
 from conveyor_server.app.metrics import Metrics
+from conveyor_server.engine.batch_work import BatchEnd
 from conveyor_server.engine.device.output_ring import OutputRing
+from conveyor_server.engine.segments import SampleState, SegmentRunner
 from conveyor_server.engine.staging import (
     ALIGN,
     BatchStager,
@@ -332,3 +335,53 @@ def test_past_its_lending_limit_run_copies(tmp_path: Path) -> None:
         del kept, batch
         gc.collect()
         assert out.lent == 0
+
+
+class MarkingCopier(HostCopier):
+    """The host copier, marking each batch's end with a token and noting what each batch's
+    copies were told to wait for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = itertools.count()
+        self.waited_for: list[Any] = []
+
+    def computed(self) -> Any:
+        return ("end", next(self._count), threading.current_thread().name)
+
+    def fence(self, after: Any = None) -> Any:
+        self.waited_for.append(after)
+        return super().fence(after)
+
+
+def test_each_batchs_copies_wait_for_the_end_its_own_last_phase_marked(tmp_path: Path) -> None:
+    root = str(make_image_folder(tmp_path / "imgs", counts=(5, 4)))
+    with Pipeline(crops(root)) as plain, Pipeline(crops(root)) as ringed:
+        copier = MarkingCopier()
+        staging = OutputStaging(BatchStager(OutputRing(4, copier.allocate), copier,
+                                            ringed._plan.outputs[:1]))
+        marks: dict[int, Any] = {}  # by the id of a batch's first sample's values
+
+        def finish(end: BatchEnd, states: list[SampleState]) -> None:
+            staging.finish(end, states)
+            marks[id(states[0].values)] = end.mark
+
+        stage = staging.stager.stage
+
+        def stage_and_check(batch: int, samples: Any, after: Any = None) -> Any:
+            assert after is not None and after is marks.pop(id(samples[0]))
+            return stage(batch, samples, after)
+
+        staging.stager.stage = stage_and_check  # type: ignore[method-assign]
+        ringed._segments = ringed._queue._segments = SegmentRunner(ringed._plan,
+                                                                   finish=finish)
+        ringed._queue.staging = staging
+        for k in range(5):
+            if k == 3:
+                plain.seek(1)
+                ringed.seek(1)
+            for a, b in zip(plain.run(), ringed.run(), strict=True):
+                for x, y in zip(a, b, strict=True):
+                    np.testing.assert_array_equal(x, y)
+        assert len(copier.waited_for) >= 5
+        assert all(mark[2].startswith("conveyor-worker") for mark in copier.waited_for)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 S = TypeVar("S")
 
@@ -46,10 +46,23 @@ class BatchPhase(Generic[S]):
 Phase = SamplePhase[S] | BatchPhase[S]
 
 
+class BatchEnd:
+    """Where a batch's last phase marks the end of its work for whoever takes the batch
+    (a GPU batch's event, after its work on its stream); None until marked."""
+
+    __slots__ = ("mark",)
+
+    def __init__(self) -> None:
+        self.mark: Any = None
+
+
 class BatchWork(Generic[S]):
-    def __init__(self, samples: list[S], phases: Sequence[Phase[S]]) -> None:
+    def __init__(self, samples: list[S], phases: Sequence[Phase[S]],
+                 end: BatchEnd | None = None) -> None:
         self._samples = samples
         self._phases = phases
+        #: What the batch's last phase marks (see ``BatchEnd``), where it marks anything.
+        self.end = end
         self._errors: list[BaseException | None] = [None] * len(samples)
         self._batch_error: BaseException | None = None
         self._phase = 0

@@ -27,7 +27,6 @@ labels) are host arrays as ever.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,7 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from conveyor.errors import Internal
-from conveyor_server.engine.batch_work import BatchWork
+from conveyor_server.engine.batch_work import BatchEnd, BatchWork
 from conveyor_server.engine.device import streams
 from conveyor_server.engine.device.device_outputs import (
     DeviceLoans,
@@ -255,37 +254,28 @@ class DeviceHandover:
     def __init__(self, order: Order, is_device: Callable[[Any], bool]) -> None:
         self._order = order
         self._is_device = is_device
-        # The event after each computed batch's work, by its states list (held, so that
-        # its id is not reused while here).
-        self._events: dict[int, tuple[list[SampleState], Event]] = {}
-        self._lock = threading.Lock()
         self.loans = DeviceLoans(order.consumed)
 
-    def finish(self, states: list[SampleState]) -> None:
-        """The batch's work is all enqueued: mark its end on the compute stream."""
-        event = self._order.computed()
-        with self._lock:
-            self._events[id(states)] = (states, event)
+    def finish(self, end: BatchEnd, states: list[SampleState]) -> None:
+        """The batch's work is all enqueued: mark its end on its lane's compute stream."""
+        end.mark = self._order.computed()
 
     def take(self, work: BatchWork[SampleState], states: Sequence[SampleState],
              batch: int) -> HandedBatch:
         """``batch``, computed: the caller's stream waits (on the GPU) for its work."""
         self.loans.collect()
-        with self._lock:
-            entry = self._events.pop(id(states), None)
-        if entry is None:  # every computed batch ends in ``finish``
+        event = None if work.end is None else work.end.mark
+        if event is None:  # every computed batch ends in ``finish``
             raise Internal(f"batch {batch} was handed over without the end of its GPU work "
                            "marked: its last phase did not run")
-        self._order.wait(entry[1])
+        self._order.wait(event)
         return HandedBatch(self.loans, self._order.consumer, self._is_device)
 
     def ahead(self, inflight: Iterable[BatchWork[SampleState]], first: int) -> None:
         """Nothing to start ahead: the batches stay where they were computed."""
 
     def drop(self) -> None:
-        """Forget the events of batches computed ahead that will not be handed out."""
-        with self._lock:
-            self._events.clear()
+        """Nothing to give back: a batch's marks go with its work."""
 
     def close(self) -> None:
         """Wait for the caller's stream to be done with the memory it gave back."""
@@ -299,8 +289,6 @@ def device_handover(plan: Plan, cuda_stream: Any = None) -> DeviceHandover | Non
         return None
     import cupy
 
-    device_id = plan.spec.device_id
-    if device_id < 0:
-        device_id = int(cupy.cuda.runtime.getDevice())
-    return DeviceHandover(CudaOrder(device_id, cuda_stream),
+    # No device named (-1): device 0, as the operators, the decoder and the copies take it.
+    return DeviceHandover(CudaOrder(max(plan.spec.device_id, 0), cuda_stream),
                           lambda value: isinstance(value, cupy.ndarray))

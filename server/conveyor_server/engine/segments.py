@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from conveyor.errors import ConveyorError, DataFileError, Internal
-from conveyor_server.engine.batch_work import BatchPhase, BatchWork, Phase, SamplePhase
+from conveyor_server.engine.batch_work import BatchEnd, BatchPhase, BatchWork, Phase, SamplePhase
 from conveyor_server.engine.data.file_batch import FileBatch
 from conveyor_server.engine.device import streams
 from conveyor_server.engine.ops.registry import BatchOp, SampleFailed, SampleOp
@@ -75,6 +75,8 @@ class SampleState:
 
 #: A chain of batch steps' work: (the batch's index, its samples' states).
 ChainRun = Callable[[int, list[SampleState]], None]
+#: A batch's last phase: marks the end of its work in the ``BatchEnd`` (given its states).
+Finish = Callable[[BatchEnd, list[SampleState]], None]
 
 
 def _tolerated(policy: str, exc: Exception) -> bool:
@@ -94,15 +96,15 @@ def _fail(step: Step, exc: Exception, on: str) -> NoReturn:
 
 
 class SegmentRunner:
-    def __init__(self, plan: Plan,
-                 finish: Callable[[list[SampleState]], None] | None = None,
-                 lanes: int = 1) -> None:
-        """``finish``: each batch's last phase, where given (a GPU pipeline marks there the
-        end of the batch's work, which its copies or its caller wait for). ``lanes``: the
-        compute streams a GPU pipeline's batches take turns on (``device/streams.py``):
-        batch k's batch phases run in lane k mod ``lanes``."""
+    def __init__(self, plan: Plan, finish: Finish | None = None, lanes: int = 1) -> None:
+        """``finish``: each batch's last phase, where given: a GPU pipeline marks there the
+        end of the batch's work (in the batch's ``BatchWork.end``), which its copies or its
+        caller wait for. ``lanes``: the compute streams a GPU pipeline's batches take turns
+        on (``device/streams.py``): the k-th batch this runner starts runs its batch phases
+        in lane k mod ``lanes``."""
         self._plan = plan
         self._lanes = lanes
+        self._started = 0  # batches started (on the one thread that starts them)
         self._lock = threading.Lock()
         self.files_read = 0
         #: Samples left out ("skip") or replaced ("replace") in the batches output so far.
@@ -125,7 +127,7 @@ class SegmentRunner:
             else:
                 self._phases.append(SamplePhase(
                     self._sample_phase(segment.steps, plan.live_after[n], read=n == 0)))
-        self._finish = [] if finish is None else [BatchPhase(finish)]
+        self._finish = finish
 
     def start(self, sources: SourceValues, batch_index: int, pool: Executor,
               threads: int) -> BatchWork[SampleState]:
@@ -148,12 +150,18 @@ class SegmentRunner:
         phases: list[Phase[SampleState]] = []
         if self._batch_readers:
             phases.append(BatchPhase(self._read_files))
-        lane = batch_index % self._lanes
+        # The lane counts batches started, not their index: a job's rank starts every
+        # world-size-th batch, which would otherwise keep to one lane.
+        lane = self._started % self._lanes
+        self._started += 1
         phases += [phase if isinstance(phase, SamplePhase)
                    else self._in_lane(lane, partial(phase, batch_index))
                    for phase in self._phases]
-        phases += [self._in_lane(lane, phase.run) for phase in self._finish]
-        work = BatchWork(states, phases)
+        end = None
+        if self._finish is not None:
+            end = BatchEnd()
+            phases.append(self._in_lane(lane, partial(self._finish, end)))
+        work = BatchWork(states, phases, end)
         work.start(pool, threads)
         return work
 
@@ -224,13 +232,23 @@ class SegmentRunner:
                live: frozenset[Ref]) -> ChainRun:
         """Batch steps run one after another on the batch: each step's inputs are the
         columns the chain made, or gathered from the samples once; ``live``: what the
-        samples keep after the chain."""
+        samples keep after the chain. A column the chain made is dropped after the last
+        step that reads it (a GPU batch's memory is not held past its use)."""
         ops: list[BatchOp] = []
         for step in steps:
             assert isinstance(step.op, BatchOp)
             ops.append(step.op)
         made_here = {(step.op_index, o) for step in steps for o in range(step.num_outputs)}
         kept = [ref for ref in made_here if ref in live]
+        last_read: dict[Ref, int] = {}  # each column the chain makes: the last step to read it
+        for j, step in enumerate(steps):
+            for o in range(step.num_outputs):
+                last_read[(step.op_index, o)] = j
+            for ref in (*step.inputs, *step.arg_inputs.values()):
+                if ref in made_here:
+                    last_read[ref] = j
+        done_after = [[ref for ref, last in last_read.items() if last == j and ref not in live]
+                      for j in range(len(steps))]
 
         def run(batch_index: int, all_states: list[SampleState]) -> None:
             rows = [s for s in all_states if not s.failed]
@@ -241,7 +259,7 @@ class SegmentRunner:
                     columns[ref] = [s.values[ref] for s in rows]
                 return columns[ref]
 
-            for step, op in zip(steps, ops, strict=True):
+            for j, (step, op) in enumerate(zip(steps, ops, strict=True)):
                 while True:  # once, or again without a sample its on_error policy leaves out
                     if not rows:
                         return
@@ -267,6 +285,8 @@ class SegmentRunner:
                                    f"{len(rows)} samples")
                 for o, out in enumerate(outs):
                     columns[(step.op_index, o)] = list(out)
+                for ref in done_after[j]:
+                    del columns[ref]
             for n, state in enumerate(rows):
                 values = {r: v for r, v in state.values.items() if r in live}
                 for ref in kept:

@@ -29,7 +29,6 @@ batch as a ``Taken``.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,7 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from conveyor.tensor_list import TensorList
-from conveyor_server.engine.batch_work import BatchWork
+from conveyor_server.engine.batch_work import BatchEnd, BatchWork
 from conveyor_server.engine.device.output_ring import OutputRing, Slot
 from conveyor_server.engine.segments import SampleState
 
@@ -66,9 +65,10 @@ class Taken(Protocol):
 
 class Staging(Protocol):
     """How a GPU pipeline's batches reach the caller (the ring, or kept on the device).
-    ``finish`` is each batch's last phase, on the worker that ends the batch."""
+    ``finish`` is each batch's last phase, on the worker that ends the batch: it marks the
+    end of the batch's work in ``end`` (the batch's ``BatchWork.end``)."""
 
-    def finish(self, states: list[SampleState]) -> None: ...
+    def finish(self, end: BatchEnd, states: list[SampleState]) -> None: ...
 
     def take(self, work: BatchWork[SampleState], states: Sequence[SampleState],
              batch: int) -> Taken: ...
@@ -226,21 +226,10 @@ class OutputStaging:
     def __init__(self, stager: BatchStager) -> None:
         self.stager = stager
         self._ahead: dict[BatchWork[SampleState], StagedBatch] = {}
-        # The end of each computed batch's work, by its states list (held, so that its id
-        # is not reused while here).
-        self._ends: dict[int, tuple[list[SampleState], Any]] = {}
-        self._lock = threading.Lock()
 
-    def finish(self, states: list[SampleState]) -> None:
+    def finish(self, end: BatchEnd, states: list[SampleState]) -> None:
         """A batch's last phase: mark the end of its work, which its copies wait for."""
-        end = self.stager.copier.computed()
-        with self._lock:
-            self._ends[id(states)] = (states, end)
-
-    def _end(self, states: Sequence[SampleState]) -> Any:
-        with self._lock:
-            entry = self._ends.pop(id(states), None)
-        return None if entry is None else entry[1]
+        end.mark = self.stager.copier.computed()
 
     def take(self, work: BatchWork[SampleState], states: Sequence[SampleState],
              batch: int) -> StagedBatch:
@@ -249,7 +238,7 @@ class OutputStaging:
         staged = self._ahead.pop(work, None)
         if staged is None:
             staged = self.stager.stage(batch, [s.values for s in states if not s.failed],
-                                       self._end(states))
+                                       _end_of(work))
             if staged is None:
                 raise self.stager.ring.exhausted()
         staged.wait()
@@ -268,12 +257,9 @@ class OutputStaging:
                 states = work.results()
             except BaseException:  # run() raises it in its turn
                 return
-            end = self._end(states)
             staged = self.stager.stage(first + k, [s.values for s in states if not s.failed],
-                                       end)
+                                       _end_of(work))
             if staged is None:
-                with self._lock:  # taken again when a slot is free
-                    self._ends[id(states)] = (states, end)
                 return
             self._ahead[work] = staged
 
@@ -284,9 +270,13 @@ class OutputStaging:
             staged.wait()  # the copies read device memory until they are done
             staged.release()
         self._ahead.clear()
-        with self._lock:
-            self._ends.clear()
         self.stager.ring.restart()
+
+
+def _end_of(work: BatchWork[SampleState]) -> Any:
+    """What the batch's last phase marked (None where no phase marks it: then the copies
+    wait for all the work enqueued on the staging thread's stream so far)."""
+    return None if work.end is None else work.end.mark
 
 
 def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray] | None:

@@ -2,7 +2,7 @@
 
 ``DeviceTensorList`` is one output of one batch as CuPy arrays on the pipeline's device:
 ``tl[i]`` a sample, ``as_tensor()`` the batch as one array (a view where the samples lie
-back to back in one allocation, as the GPU operators' outputs do), ``as_cpu()`` the batch
+at one spacing in one allocation, as the GPU operators' outputs do), ``as_cpu()`` the batch
 copied to host memory once. DLPack hands any of them to PyTorch or JAX without a copy.
 
 The caller's arrays are views of memory *lent* to it (``DeviceLoans``): it may keep them
@@ -57,30 +57,32 @@ class DeviceLoans:
 
     def __init__(self, record: Callable[[], Event]) -> None:
         self._record = record
-        # Appended by a finalizer on whichever thread dropped the last array (no lock).
-        self._returned: deque[list[Any]] = deque()
+        # Re-entrant: a garbage collection inside ``collect`` (or ``lend``) may end a loan
+        # on this very thread, and its finalizer takes the lock too.
+        self._lock = threading.RLock()
+        self._returned: deque[list[Any]] = deque()  # ended, not behind an event yet
         self._waiting: list[tuple[Event, list[list[Any]]]] = []
-        self._lock = threading.Lock()
-        self._out = 0
+        self._lent = 0
+        self._ended = 0
         self._closed = False
 
     def lend(self, held: list[Any]) -> Loan:
         loan = Loan()
-        ended = weakref.finalize(loan, self._ended, held)
+        ended = weakref.finalize(loan, self._end, held)
         ended.atexit = False  # at exit the process's memory goes with it
         with self._lock:
-            self._out += 1
+            self._lent += 1
         return loan
 
-    def _ended(self, held: list[Any]) -> None:
+    def _end(self, held: list[Any]) -> None:
         """A loan's last array is gone (on the thread that dropped it): its memory waits
-        for the next ``collect``; once closed, nothing collects, so for the caller's stream
-        here."""
-        if not self._closed:
-            self._returned.append(held)
-            return
+        for the next ``collect``; once closed, nothing collects, so it waits for the
+        caller's stream here."""
         with self._lock:
-            self._out -= 1
+            self._ended += 1
+            if not self._closed:
+                self._returned.append(held)
+                return
         self._record().synchronize()
 
     def collect(self) -> None:
@@ -91,7 +93,6 @@ class DeviceLoans:
             while self._returned:
                 ended.append(self._returned.popleft())
             if ended:
-                self._out -= len(ended)
                 self._waiting.append((self._record(), ended))
             self._waiting = [(event, held) for event, held in self._waiting if not event.done]
 
@@ -99,7 +100,7 @@ class DeviceLoans:
     def lent(self) -> int:
         """Loans whose arrays are not all gone yet."""
         with self._lock:
-            return self._out - len(self._returned)
+            return self._lent - self._ended
 
     @property
     def waiting(self) -> int:
@@ -110,7 +111,8 @@ class DeviceLoans:
     def close(self) -> None:
         """Wait for the caller's stream to be done with what it gave back, and free it;
         memory given back later is freed once the caller's stream is past it."""
-        self._closed = True
+        with self._lock:  # a loan ending from now on waits for itself (``_end``)
+            self._closed = True
         self.collect()
         with self._lock:
             waiting, self._waiting = self._waiting, []
@@ -160,8 +162,9 @@ class DeviceTensorList(TensorList):
         return (self._view(s) for s in self._samples)
 
     def as_array(self) -> Any:
-        """The samples (of one shape) as one CuPy array: a view where they lie back to back
-        in one allocation, else stacked into a new one on the caller's stream."""
+        """The samples (of one shape) as one CuPy array: a view where they lie at one
+        spacing in one allocation (as a kernel writes a batch: back to back, each padded to
+        16 bytes), else stacked into a new one on the caller's stream."""
         import cupy
 
         if not self.is_dense_tensor():
@@ -171,14 +174,16 @@ class DeviceTensorList(TensorList):
         if not samples:
             return cupy.empty((0,), dtype=self.dtype)
         first = samples[0]
-        if all(s.flags.c_contiguous and s.data.mem is first.data.mem
-               and s.data.ptr == first.data.ptr + i * first.nbytes
-               for i, s in enumerate(samples)):
+        step = samples[1].data.ptr - first.data.ptr if len(samples) > 1 else first.nbytes
+        if step >= first.nbytes and all(
+                s.flags.c_contiguous and s.data.mem is first.data.mem
+                and s.data.ptr == first.data.ptr + i * step for i, s in enumerate(samples)):
             memory = first.data.mem
             pointer = cupy.cuda.MemoryPointer(self._lent[memory.ptr],
                                               first.data.ptr - memory.ptr)
-            return cupy.ndarray((len(samples), *first.shape), first.dtype, pointer)
-        with self._stream:
+            return cupy.ndarray((len(samples), *first.shape), first.dtype, pointer,
+                                (step, *first.strides))
+        with cupy.cuda.Device(first.device.id), self._stream:
             return cupy.stack(list(self))
 
     as_tensor = as_array
@@ -188,10 +193,15 @@ class DeviceTensorList(TensorList):
         per sample; returns once the copies are done."""
         import cupy
 
-        if self._samples and self.is_dense_tensor():
-            host = cupy.asnumpy(self.as_array(), stream=self._stream, blocking=True)
-            return TensorList(list(host), self.layout(), self.dtype)
-        out = [cupy.asnumpy(v, stream=self._stream, blocking=True) for v in self]
+        if not self._samples:
+            return TensorList([], self.layout(), self.dtype)
+        device: Any = self._samples[0]
+        # On the caller's stream (made to wait for the batch), a strided batch's gather too.
+        with cupy.cuda.Device(device.device.id), self._stream:
+            if self.is_dense_tensor():
+                host = cupy.asnumpy(self.as_array(), stream=self._stream, blocking=True)
+                return TensorList(list(host), self.layout(), self.dtype)
+            out = [cupy.asnumpy(v, stream=self._stream, blocking=True) for v in self]
         return TensorList([np.asarray(v) for v in out], self.layout(), self.dtype)
 
     def __repr__(self) -> str:

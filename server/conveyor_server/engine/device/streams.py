@@ -22,7 +22,7 @@ Pipelines on one device share its compute stream (as they shared the legacy defa
 stream before), so their kernels run one after another; each has its own copy stream.
 
 A pipeline may keep several batches in flight on streams of their own (``gpu_streams``):
-batch k's work then goes to *lane* k mod N, each lane a compute stream of the device, so
+the k-th batch it starts goes to *lane* k mod N, each lane a compute stream of the device, so
 the decode of one batch overlaps the kernels of another. The lane is the thread's while it
 runs a batch's GPU phases (``lane``), so the operators and the decoder, which ask
 ``computing`` for their stream, need no argument for it; each batch's last phase records
@@ -33,7 +33,6 @@ changes no byte. CuPy is imported here only when a stream is asked for.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -59,14 +58,26 @@ def current_lane() -> int:
     return number
 
 
-@functools.cache
+#: The compute streams made so far, by (device, lane), and the lock that makes each once:
+#: two workers meeting a stream for the first time at once must get the same one.
+_STREAMS: dict[tuple[int, int], Any] = {}
+_MAKING = threading.Lock()
+
+
 def compute_stream(device_id: int, lane: int = 0) -> Any:
     """The non-blocking stream GPU work on CUDA device ``device_id`` runs on in ``lane``
     (one per device, lane and process, made on first use)."""
+    stream = _STREAMS.get((device_id, lane))
+    if stream is not None:
+        return stream
     import cupy
 
-    with cupy.cuda.Device(device_id):
-        return cupy.cuda.Stream(non_blocking=True)
+    with _MAKING:
+        stream = _STREAMS.get((device_id, lane))
+        if stream is None:
+            with cupy.cuda.Device(device_id):
+                stream = _STREAMS[(device_id, lane)] = cupy.cuda.Stream(non_blocking=True)
+    return stream
 
 
 @contextlib.contextmanager

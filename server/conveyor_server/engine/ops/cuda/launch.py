@@ -40,11 +40,6 @@ def _module(name: str, device_id: int) -> Any:
         return cp.RawModule(code=sources.source(name), options=sources.OPTIONS)
 
 
-def current_device() -> int:
-    """The process's current CUDA device: where a pipeline with no ``device_id`` runs."""
-    return int(_cupy().cuda.runtime.getDevice())
-
-
 @functools.cache
 def kernel(name: str, device_id: int) -> Any:
     """Kernel ``name`` of its module on ``device_id``: compiled, loaded and looked up on

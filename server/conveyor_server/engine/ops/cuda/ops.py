@@ -82,7 +82,8 @@ def build_gpu_op(ctx: OpContext) -> BatchOp:
     require_device(ctx)
     from conveyor_server.engine.ops.cuda import launch
 
-    device_id = ctx.device_id if ctx.device_id >= 0 else launch.current_device()
+    # No device named (-1): device 0, as the decoder, the copies out and the GPU path take it.
+    device_id = max(ctx.device_id, 0)
 
     def run(inputs: Sequence[SampleBatch],
             targs: Mapping[str, SampleBatch]) -> tuple[SampleBatch, ...]:

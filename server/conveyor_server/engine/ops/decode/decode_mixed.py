@@ -46,7 +46,8 @@ def batch_decoder(ctx: OpContext) -> BatchDecoder:
         raise DeviceUnavailable(f"{ctx.op_type}: device_id={ctx.device_id}: this machine has "
                                 f"{cuda_device_count()} CUDA device(s)")
     args = ctx.args
-    target = gpu_target(ctx.device_id, float(args["hw_decoder_load"]), ctx.batch_size,
+    # No device named (-1): device 0, as the operators, the copies out and the GPU path.
+    target = gpu_target(max(ctx.device_id, 0), float(args["hw_decoder_load"]), ctx.batch_size,
                         int(args["preallocate_width_hint"]), int(args["preallocate_height_hint"]))
     return BatchDecoder(ctx.op_type, ctx.device, ctx.args["output_type"], target, ctx.limits)
 
