@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU server's device check: one command on a lent GPU machine, in about 8 minutes
-# (its steps' limits add up to 12: the most telling run first, and what is written under
+# (its steps' limits add up to 13: the most telling run first, and what is written under
 # $OUT comes back even from a command stopped at the device's 10-minute limit).
 #
 #   bench/gpu_check.sh fetch [BASELINE]   on a developer's machine, before the call: the
@@ -100,7 +100,7 @@ PYTHONPATH=$NEW step data 60 $PY -c \
     "from pathlib import Path; from bench._shared import make_dataset; make_dataset(Path('$DATA'), 2000)"
 FILES=$DATA/n2000
 
-PYTHONPATH=$NEW step "gpu tests" 120 $PY -m pytest -q -p no:cacheprovider -m gpu \
+PYTHONPATH=$NEW step "gpu tests" 150 $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_gpu.py tests/engine/test_cuda_gpu.py \
     tests/engine/test_gpu_streams.py tests/engine/test_device_outputs.py
 PYTHONPATH=$NEW step "digests, this tree" 60 $PY -m bench.gpu_digests --data "$FILES" \
