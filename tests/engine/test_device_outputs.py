@@ -303,17 +303,44 @@ def test_device_outputs_change_nothing_for_a_pipeline_without_gpu_outputs(
                 np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("given", ["stream", 1.5])
-def test_a_callers_stream_that_is_no_stream_is_refused_naming_it(given: Any) -> None:
-    import cupy
+class FakeCupyStream:
+    """CuPy's ``Stream`` for ``caller_stream`` (whose ``null`` is the legacy stream)."""
 
+    null: FakeCupyStream
+
+
+FakeCupyStream.null = FakeCupyStream()
+
+
+class FakeExternalStream:
+    def __init__(self, handle: int, device_id: int) -> None:
+        self.handle, self.device_id = handle, device_id
+
+
+FAKE_CUPY = types.SimpleNamespace(cuda=types.SimpleNamespace(
+    Stream=FakeCupyStream, ExternalStream=FakeExternalStream))
+
+
+@pytest.mark.parametrize("given", ["stream", 1.5, [7]])
+def test_a_callers_stream_that_is_no_stream_is_refused_naming_it(given: Any) -> None:
     from conveyor_server.engine.gpu_staging import caller_stream
 
-    with pytest.raises(TypeError, match=f"cuda_stream: .* got {type(given).__name__}"):
-        caller_stream(cupy, given, 0)
-    assert caller_stream(cupy, None, 0) is cupy.cuda.Stream.null
-    assert caller_stream(cupy, 0, 0) is cupy.cuda.Stream.null
+    with pytest.raises(InvalidArgument, match=f"cuda_stream: .* got {type(given).__name__}"):
+        caller_stream(FAKE_CUPY, given, 0)
+
+
+def test_a_callers_stream_is_taken_as_a_handle_a_cupy_or_a_pytorch_stream() -> None:
+    from conveyor_server.engine.gpu_staging import caller_stream
+
+    assert caller_stream(FAKE_CUPY, None, 0) is FakeCupyStream.null  # the legacy stream
+    assert caller_stream(FAKE_CUPY, 0, 0) is FakeCupyStream.null
+    mine = FakeCupyStream()
+    assert caller_stream(FAKE_CUPY, mine, 0) is mine
+    handle = caller_stream(FAKE_CUPY, 1234, 1)
+    assert isinstance(handle, FakeExternalStream) and (handle.handle, handle.device_id) == (1234, 1)
+    torch_like = types.SimpleNamespace(cuda_stream=5678)
+    wrapped = caller_stream(FAKE_CUPY, torch_like, 0)
+    assert isinstance(wrapped, FakeExternalStream) and wrapped.handle == 5678
 
 
 def test_a_batch_handed_over_without_its_end_marked_is_an_internal_error() -> None:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from conveyor.errors import Internal
+from conveyor.errors import Internal, InvalidArgument
 from conveyor_server.engine.batch_work import BatchEnd, BatchWork
 from conveyor_server.engine.device import streams
 from conveyor_server.engine.device.device_outputs import (
@@ -198,8 +198,8 @@ def caller_stream(cupy: Any, given: Any, device_id: int) -> Any:
         return given
     handle = getattr(given, "cuda_stream", given)
     if not isinstance(handle, int):
-        raise TypeError(f"cuda_stream: expected a CUDA stream handle, a CuPy stream or a "
-                        f"PyTorch stream, got {type(given).__name__}")
+        raise InvalidArgument(f"cuda_stream: expected a CUDA stream handle (an int), a CuPy "
+                              f"stream or a PyTorch stream, got {type(given).__name__}")
     if handle == 0:
         return cupy.cuda.Stream.null
     return cupy.cuda.ExternalStream(handle, device_id)
