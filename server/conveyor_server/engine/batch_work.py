@@ -61,8 +61,9 @@ class BatchWork(Generic[S]):
                  end: BatchEnd | None = None) -> None:
         self._samples = samples
         self._phases = phases
-        #: What the batch's last phase marks (see ``BatchEnd``), where it marks anything.
-        self.end = end
+        #: What the batch's last phase marks (see ``BatchEnd``; unmarked where no phase
+        #: marks it).
+        self.end = end if end is not None else BatchEnd()
         self._errors: list[BaseException | None] = [None] * len(samples)
         self._batch_error: BaseException | None = None
         self._phase = 0

@@ -264,7 +264,7 @@ class DeviceHandover:
              batch: int) -> HandedBatch:
         """``batch``, computed: the caller's stream waits (on the GPU) for its work."""
         self.loans.collect()
-        event = None if work.end is None else work.end.mark
+        event = work.end.mark
         if event is None:  # every computed batch ends in ``finish``
             raise Internal(f"batch {batch} was handed over without the end of its GPU work "
                            "marked: its last phase did not run")

@@ -157,9 +157,8 @@ class SegmentRunner:
         phases += [phase if isinstance(phase, SamplePhase)
                    else self._in_lane(lane, partial(phase, batch_index))
                    for phase in self._phases]
-        end = None
+        end = BatchEnd()
         if self._finish is not None:
-            end = BatchEnd()
             phases.append(self._in_lane(lane, partial(self._finish, end)))
         work = BatchWork(states, phases, end)
         work.start(pool, threads)

@@ -238,7 +238,7 @@ class OutputStaging:
         staged = self._ahead.pop(work, None)
         if staged is None:
             staged = self.stager.stage(batch, [s.values for s in states if not s.failed],
-                                       _end_of(work))
+                                       work.end.mark)
             if staged is None:
                 raise self.stager.ring.exhausted()
         staged.wait()
@@ -258,7 +258,7 @@ class OutputStaging:
             except BaseException:  # run() raises it in its turn
                 return
             staged = self.stager.stage(first + k, [s.values for s in states if not s.failed],
-                                       _end_of(work))
+                                       work.end.mark)
             if staged is None:
                 return
             self._ahead[work] = staged
@@ -271,12 +271,6 @@ class OutputStaging:
             staged.release()
         self._ahead.clear()
         self.stager.ring.restart()
-
-
-def _end_of(work: BatchWork[SampleState]) -> Any:
-    """What the batch's last phase marked (None where no phase marks it: then the copies
-    wait for all the work enqueued on the staging thread's stream so far)."""
-    return None if work.end is None else work.end.mark
 
 
 def copy_out(samples: Sequence[np.ndarray], slot: np.ndarray) -> list[np.ndarray] | None:
