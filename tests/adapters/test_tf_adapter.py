@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import exit_watch
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Longest a finished cases' process may take to exit (TensorFlow's teardown takes a few s).
 EXIT_S = 30.0
@@ -32,7 +34,8 @@ def test_the_tensorflow_adapter_s_cases_pass_in_their_own_process() -> None:
     cases = Path(__file__).with_name("tf_cases.py")
     start = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(cases)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "tests.support.exit_watch", str(cases)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
              "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
@@ -43,4 +46,5 @@ def test_the_tensorflow_adapter_s_cases_pass_in_their_own_process() -> None:
     # The cases' own time, then TensorFlow's import and teardown: nothing left waiting.
     assert wall - float(summary.group(2)) < EXIT_S, (
         f"the cases took {summary.group(2)} s, their process {wall:.1f} s: something kept "
-        f"it from exiting\n{run.stdout[-2000:]}")
+        f"it from exiting\n{run.stdout[-2000:]}\nits threads after "
+        f"{exit_watch.WATCH_S} s of exiting:\n{run.stderr[-6000:]}")
