@@ -138,11 +138,21 @@ def start_unowned_redis(directory: Path) -> subprocess.Popen[bytes]:
          "--dir", str(directory), "--save", "", "--appendonly", "yes",
          "--appendfsync", "always", "--logfile", str(directory / "redis.log")],
         stdin=subprocess.DEVNULL)
+    # Answering, not only its socket file there: Redis binds the file before it listens,
+    # and a redis-server stopped in between refuses connections as a file left behind does.
+    probe = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2)
     deadline = time.monotonic() + 10
-    while not socket_path.exists():
-        assert time.monotonic() < deadline, "the unowned redis-server did not start"
-        time.sleep(0.01)
-    return orphan
+    try:
+        while True:
+            try:
+                if probe.ping():
+                    return orphan
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                pass
+            assert time.monotonic() < deadline, "the unowned redis-server did not start"
+            time.sleep(0.01)
+    finally:
+        probe.close()
 
 
 def test_a_redis_left_running_by_a_gone_server_is_shut_down_and_its_data_taken_over(
