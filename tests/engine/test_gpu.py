@@ -6,6 +6,7 @@ engine/test_output_ring.py and engine/test_gpu_identity.py."""
 from __future__ import annotations
 
 import io
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,54 @@ def test_a_gpu_batch_is_cupy_arrays_hwc_uint8_on_the_device() -> None:
         assert isinstance(image, cupy.ndarray) and image.device.id == 0
         assert image.shape == (h, w, 3) and image.dtype == np.uint8
         assert image.flags.c_contiguous
+
+
+def test_images_decoded_into_the_batchs_buffer_are_nvimgcodecs_own_decode_on_the_gpu() -> None:
+    """The batch decoder places each upright JPEG in one device buffer for the batch; the
+    bytes are those nvImageCodec decodes into memory of its own with the same backends and
+    options (the hardware decoder takes its share), whole and as windows."""
+    cupy = pytest.importorskip("cupy")
+    from nvidia import nvimgcodec
+
+    from conveyor_server.engine.ops.decode import decode_mixed
+    from conveyor_server.engine.ops.decode.nvimgcodec_batch import decoder_options, make_backends
+    from tests.support.mixed_jpegs import batch_of_mixed_sizes
+
+    names, files = batch_of_mixed_sizes()
+    files = files * 4  # 128 images: the hardware decoder's share and the others'
+    names = names * 4
+    target = gpu_target(0, 0.65, batch_size=len(files))
+    decoder = BatchDecoder("decoders.image", "mixed", "RGB", target, NO_LIMITS)
+    fresh = nvimgcodec.Decoder(device_id=0, backends=make_backends(nvimgcodec, target),
+                               options=decoder_options(target))
+    params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB,
+                                     allow_any_depth=False, apply_exif_orientation=True)
+    regions = [None if n.startswith(("png", "exif")) else (1, 2, 7, 8) for n in names]
+
+    def window(i: int, height: int, width: int) -> Any:
+        return decode_mixed.Window(1, 2, 6, 6)  # a region of an upright JPEG, else a crop
+
+    for windowed in (False, True):
+        got = decoder.decode(files, window if windowed else None)
+        streams = []
+        for data, region in zip(files, regions, strict=True):
+            stream = nvimgcodec.CodeStream(data.tobytes())
+            if windowed and region is not None:
+                stream = stream.get_sub_code_stream(region=nvimgcodec.Region(*region))
+            streams.append(stream)
+        expected = fresh.decode(streams, params=params)
+        # One allocation holds every upright JPEG (but any the CPU decoder alone decodes:
+        # decoded again, on memory of its own).
+        shared = Counter(id(image.data.mem) for image in got).most_common(1)[0][1]
+        assert shared >= sum(r is not None and not n.startswith("cmyk")
+                             for n, r in zip(names, regions, strict=True))
+        for name, image, want, region in zip(names, got, expected, regions, strict=True):
+            array = np.asarray(want.cpu())
+            if windowed and region is None:  # decoded whole, then cropped
+                array = array[1:7, 2:8]
+            array = array[:, :, None] if array.ndim == 2 else array
+            np.testing.assert_array_equal(cupy.asnumpy(image), array,
+                                          err_msg=f"{name}, windows {windowed}")
 
 
 def test_the_hardware_decoder_decodes_on_an_a100_or_h100() -> None:

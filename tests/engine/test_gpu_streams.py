@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from numpy.lib.array_utils import byte_bounds
 
-from conveyor_server.engine.ops.decode.nvimgcodec_batch import byte_extent
+from conveyor_server.engine.ops.decode.image_memory import byte_extent
 
 
 def _span(view: np.ndarray[Any, Any]) -> int:

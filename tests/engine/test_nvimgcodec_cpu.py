@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import pytest
-from PIL import Image
 
 from conveyor import fn, pipeline_def, types
 from conveyor.errors import DataFileError, DeviceUnavailable, InvalidArgument, SpecError
@@ -39,38 +37,11 @@ from conveyor_server.engine.ops.decode.nvimgcodec_batch import (
 )
 from conveyor_server.engine.ops.registry import BATCH, SAMPLE_INDEX, SampleFailed
 from tests.support.images import make_image_folder
-from tests.support.op_helpers import build, gradient, noise, op_context, pil_bytes, run
+from tests.support.mixed_jpegs import batch_of_mixed_sizes, jpeg_kinds
+from tests.support.op_helpers import build, op_context, run
 from tests.support.resume import assert_resume_exact, assert_same_stream, run_batches
 
 nvimgcodec = pytest.importorskip("nvidia.nvimgcodec")
-
-SIZES = ((61, 83), (17, 250), (120, 31), (8, 8))
-
-
-def jpeg_kinds(h: int, w: int) -> dict[str, np.ndarray]:
-    photo = cv2.add(gradient(h, w), noise(h, w, seed=h + w) // 4)
-    rotated = Image.Exif()
-    rotated[0x0112] = 6
-    return {
-        "4:2:0": pil_bytes(photo, "JPEG", quality=90, subsampling=2),
-        "4:2:2": pil_bytes(photo, "JPEG", quality=90, subsampling=1),
-        "4:4:4": pil_bytes(photo, "JPEG", quality=90, subsampling=0),
-        "progressive": pil_bytes(photo, "JPEG", quality=85, progressive=True),
-        "grayscale": pil_bytes(photo[:, :, 1], "JPEG", quality=90),
-        "exif orientation 6": pil_bytes(photo, "JPEG", quality=90, exif=rotated),
-        "cmyk": pil_bytes(Image.fromarray(photo).convert("CMYK"), "JPEG", quality=90),
-        "png": pil_bytes(photo, "PNG"),
-    }
-
-
-def batch_of_mixed_sizes() -> tuple[list[str], list[np.ndarray]]:
-    names, files = [], []
-    for h, w in SIZES:
-        for kind, data in jpeg_kinds(h, w).items():
-            names.append(f"{kind} {h}x{w}")
-            files.append(data)
-    return names, files
-
 
 def cpu_decoder(output_type: str = "RGB", op: str = "decoders.image") -> BatchDecoder:
     return BatchDecoder(op, "mixed", output_type, CPU_TARGET, NO_LIMITS)

@@ -20,6 +20,13 @@ where the caller wants a window of a JPEG, and decodes them all with one
   a GPU only when given both the CPU-only device id and the CPU-only backend; CI runs this
   same path with them.
 
+Where the size of a decoded image is known before the decode (a JPEG without EXIF rotation:
+its code stream's size, or its window's), it is decoded into the batch's own buffer
+(``image_memory.decode_places``): one allocation for all of them, each image a view of it,
+so nothing is allocated or wrapped per image. nvImageCodec allocates the others (a rotated
+photo, PNG, ...), and decodes again on its own memory any image that no backend could
+decode into the buffer (on a GPU, the CPU decoder writes only to host memory).
+
 A window is drawn by the caller's function from the image's size (``WindowFn``). For a
 JPEG without EXIF rotation the size is the code stream's and only the window is decoded;
 anything else (a rotated photo, PNG, ...) is decoded whole and cropped, so the window is
@@ -39,6 +46,11 @@ import numpy as np
 from conveyor.errors import ConveyorError, DataFileError, DeviceUnavailable
 from conveyor_server.engine.admission.limits import EngineLimits
 from conveyor_server.engine.ops.decode.batch_headers import BatchHeaders, batch_headers
+from conveyor_server.engine.ops.decode.image_memory import (
+    DecodePlaces,
+    decode_places,
+    wrap_device_image,
+)
 from conveyor_server.engine.ops.geometry.random_window import Window
 from conveyor_server.engine.ops.registry import Device, SampleFailed
 
@@ -164,10 +176,39 @@ class BatchDecoder:
         ``SampleFailed`` for the first file that cannot be decoded."""
         heads, streams, windows, keep = self.code_streams(files, window)
         with self._on_device():
+            places = self.places(heads, streams, windows)
             with self._lock:
-                images = self._run(streams)
+                images = self._run(streams, places.images)
+                again = [i for i, image in enumerate(images)
+                         if image is None and places.arrays[i] is not None]
+                if again:  # not decodable into the buffer: on nvImageCodec's memory
+                    for i, image in zip(again, self._run([streams[i] for i in again]),
+                                        strict=True):
+                        images[i] = image
+                        places.arrays[i] = None
             del keep
-            return self._arrays(files, heads, images, windows, window)
+            return self._arrays(files, heads, images, windows, window, places.arrays)
+
+    def places(self, heads: BatchHeaders, streams: Sequence[Any],
+               windows: Sequence[Window | None]) -> DecodePlaces:
+        """Where each image of the batch is decoded: a view of one buffer for each image
+        whose decoded size is known now (an upright JPEG: its window's size, or its code
+        stream's), None for the others (nvImageCodec allocates them)."""
+        channels = 1 if self._output_type == "GRAY" else 3
+        shapes: list[tuple[int, int, int] | None] = []
+        for upright, stream, win in zip(heads.upright_jpegs().tolist(), streams, windows,
+                                        strict=True):
+            if not upright:
+                shapes.append(None)
+            elif win is not None:
+                shapes.append((win.h, win.w, channels))
+            else:
+                shapes.append((int(stream.height), int(stream.width), channels))
+        if not self._target.on_gpu:
+            return decode_places(self._nv, shapes, None)
+        import cupy
+
+        return decode_places(self._nv, shapes, cupy)
 
     def code_streams(self, files: Sequence[np.ndarray], window: WindowFn | None = None
                      ) -> tuple[BatchHeaders, list[Any], list[Window | None], list[Any]]:
@@ -204,14 +245,18 @@ class BatchDecoder:
         return heads, streams, windows, keep
 
     def _arrays(self, files: Sequence[np.ndarray], heads: BatchHeaders, images: list[Any],
-                windows: list[Window | None], window: WindowFn | None) -> list[Any]:
+                windows: list[Window | None], window: WindowFn | None,
+                placed: list[Any]) -> list[Any]:
         out = []
-        for i, (image, win) in enumerate(zip(images, windows, strict=True)):
+        for i, (image, win, view) in enumerate(zip(images, windows, placed, strict=True)):
             if image is None:
                 raise SampleFailed(i, DataFileError(
                     f"cannot decode the image ({files[i].size} bytes, {heads.format(i)}):"
                     " nvImageCodec could not decode it with any backend"))
-            array = self._array(image)
+            # Decoded into the batch's buffer as its view says (the decoder writes an image
+            # of another size at the view's row pitch: then the image says where it is).
+            array = self._oriented(view) if view is not None and \
+                tuple(image.shape) == view.shape else self._array(image)
             h, w = int(array.shape[0]), int(array.shape[1])
             try:
                 self._limits.check_image(h, w, "the decoded image")
@@ -232,18 +277,20 @@ class BatchDecoder:
 
         return streams.computing(max(self._target.device_id or 0, 0))
 
-    def _run(self, streams: list[Any]) -> list[Any]:
+    def _run(self, streams: list[Any], images: list[Any] | None = None) -> list[Any]:
+        """One decode call; ``images``: where each image goes (None: nvImageCodec
+        allocates it)."""
         if not self._target.on_gpu:
-            return list(self._decoder.decode(streams, params=self._params))
+            return list(self._decoder.decode(streams, images=images, params=self._params))
         import cupy
 
         # The compute stream (current here): the operators after the decoder run on it,
         # and the copies out of the GPU (``gpu_staging.py``) wait for it.
-        return list(self._decoder.decode(streams, params=self._params,
+        return list(self._decoder.decode(streams, images=images, params=self._params,
                                          cuda_stream=cupy.cuda.get_current_stream().ptr))
 
     def _array(self, image: Any) -> Any:
-        """The decoded image as an HWC array where the target keeps images."""
+        """An image nvImageCodec allocated, as an HWC array where the target keeps images."""
         if not self._target.on_gpu:
             array: Any = np.asarray(image.cpu())
         else:
@@ -253,6 +300,10 @@ class BatchDecoder:
                 array = cupy.asarray(np.asarray(image))  # a CPU backend's image, uploaded
             else:
                 array = wrap_device_image(cupy, image)  # zero copy, no host wait
+        return self._oriented(array)
+
+    def _oriented(self, array: Any) -> Any:
+        """An HWC array in the output type's channel order."""
         if array.ndim == 2:
             array = array[:, :, None]
         if self._output_type == "BGR":
@@ -260,41 +311,10 @@ class BatchDecoder:
         return array
 
     def _finish(self, array: Any) -> Any:
-        """A C-contiguous array that owns its memory (a crop or a reordering is copied)."""
+        """A C-contiguous array: a crop or a reordering is copied; on a GPU an image decoded
+        into the batch's buffer stays a view of it (on the CPU, an array of its own)."""
         if self._target.on_gpu:
             import cupy
 
             return cupy.ascontiguousarray(array)
         return np.array(array, dtype=np.uint8, order="C", copy=True)
-
-
-def byte_extent(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> int:
-    """The bytes an array of ``shape`` and non-negative byte ``strides`` (None:
-    C-contiguous) spans from its first element to the end of its last."""
-    if any(n == 0 for n in shape):
-        return 0
-    if strides is None:
-        count = 1
-        for n in shape:
-            count *= n
-        return count * itemsize
-    return sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + itemsize
-
-
-def wrap_device_image(cupy: Any, image: Any) -> Any:
-    """A CuPy array over a decoded image's device memory (on the current device), which
-    keeps the image alive.
-
-    Built from the image's pointer, shape and strides rather than by ``cupy.asarray``: that
-    goes through ``__cuda_array_interface__``, whose ``stream`` entry makes CuPy call
-    ``cudaStreamSynchronize`` on it from the host, once per image. The decode was enqueued
-    on the stream the consumers run on, so their order needs no wait at all."""
-    desc = image.__cuda_array_interface__
-    shape = tuple(int(n) for n in desc["shape"])
-    dtype = np.dtype(desc["typestr"])
-    strides = desc.get("strides")
-    strides = None if strides is None else tuple(int(s) for s in strides)
-    pointer = int(desc["data"][0])
-    memory = cupy.cuda.UnownedMemory(pointer, byte_extent(shape, strides, dtype.itemsize),
-                                     image, cupy.cuda.Device().id)
-    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
