@@ -45,10 +45,14 @@ $(TEST_STAMP): $(STAMP)
 		echo "make: could not install $(AZURITE) with npm (Node 20 or later; details in $(LOG))" >&2; exit 1; }
 	@touch $(TEST_STAMP)
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist; 0: in pytest's own process). Most
+# of its time is spent waiting on servers, Redis and subprocesses, so two halve it even on
+# two cores.
+TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # Runs pytest over TESTS (default: the whole suite) RUNS times (default 10) in a row, each
 # run in a fresh process, and prints how many runs each test failed in; exits non-zero if any
