@@ -88,6 +88,8 @@ class ConveyorDataset(dataset_ops.DatasetV2):
         #: The newest iterator of this dataset itself, kept: once a loop over it ended (a
         #: ``break``), its position is still the one a checkpoint of the dataset saves.
         self._newest: Any = None
+        #: That iterator's position, kept in its place once the dataset is closed.
+        self._closed_at: Any = None
         self._restored: Any = None
         #: Whether any iterator took a batch since the dataset was made or restored.
         self._taken = False
@@ -148,6 +150,8 @@ class ConveyorDataset(dataset_ops.DatasetV2):
 
     def _serialize_to_tensors(self) -> dict[str, Any]:
         newest = self._newest
+        if newest is None and self._closed_at is not None:
+            return {"_STATE": self._closed_at}
         if newest is None:
             if self._taken:
                 raise FailedPrecondition(
@@ -163,6 +167,7 @@ class ConveyorDataset(dataset_ops.DatasetV2):
     def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> list[Any]:
         self._restored = restored_tensors["_STATE"]
         self._newest = None
+        self._closed_at = None
         self._taken = False
         return []
 
@@ -170,5 +175,16 @@ class ConveyorDataset(dataset_ops.DatasetV2):
         """End the stream (the pipeline stays on its server, resumable). An iterator that
         asks for a batch afterwards (tf.data computing ahead for a loop that ended) is
         refused (FailedPrecondition): it never opens the pipeline again, which would take
-        over the stream of the next dataset opened on it."""
-        self._stream.close()
+        over the stream of the next dataset opened on it.
+
+        The newest iterator is let go, its position kept (a checkpoint of the closed dataset
+        still saves it). An iterator refers to its dataset, so one the dataset held would
+        be freed only by a garbage collection, perhaps the last one, as the interpreter
+        exits, where TensorFlow's teardown of an iterator can wait up to a minute for the
+        iterator's autotuning thread."""
+        try:
+            newest, self._newest = self._newest, None
+            if newest is not None:
+                self._closed_at = newest._serialize_to_tensors()["_STATE"]
+        finally:
+            self._stream.close()
