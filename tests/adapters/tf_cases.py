@@ -236,7 +236,13 @@ def test_a_dataset_checkpoint_after_its_loop_ended_holds_where_the_loop_stopped(
         start_server: Start, image_root: Path, tmp_path: Path) -> None:
     """Saved at the end of an epoch whose ``for`` loop ended with ``break`` (its iterator
     gone), the dataset's checkpoint is where the loop stopped, not the dataset's start; a
-    dataset iterated only through ``prefetch`` refuses to save a position it does not know."""
+    dataset iterated only through ``prefetch`` refuses to save a position it does not know.
+
+    The dataset keeps that iterator until it is closed; then only its position is kept (a
+    checkpoint of the closed dataset saves it), and the iterator goes with its last
+    reference, not with a garbage collection (it refers to the dataset), which might come
+    only as the interpreter exits, where TensorFlow's teardown of an iterator can wait up to
+    a minute."""
     server = start_server()
     spec = half_crops(str(image_root / "imgs"))
     expected = reference(spec, 6)
@@ -245,8 +251,10 @@ def test_a_dataset_checkpoint_after_its_loop_ended_holds_where_the_loop_stopped(
     for step, _ in enumerate(dataset):
         if step == 2:
             break  # 3 batches taken
-    saved = tf.train.Checkpoint(dataset=dataset).save(str(tmp_path / "epoch" / "ckpt"))
+    newest = weakref.ref(dataset._newest)
     dataset.close()
+    assert newest() is None
+    saved = tf.train.Checkpoint(dataset=dataset).save(str(tmp_path / "epoch" / "ckpt"))
     again = ConveyorDataset(server.address, "tf-epoch", spec, run_id="e",
                             client_options=OPTIONS)
     tf.train.Checkpoint(dataset=again).restore(saved).assert_consumed()
@@ -274,32 +282,6 @@ def test_a_dataset_checkpoint_after_its_loop_ended_holds_where_the_loop_stopped(
     with pytest.raises(errors.FailedPrecondition, match=r"tf.train.Checkpoint\(iterator="):
         tf.train.Checkpoint(dataset=fourth).save(str(tmp_path / "derived" / "ckpt"))
     fourth.close()
-
-
-def test_a_closed_dataset_lets_its_iterator_go_and_still_saves_where_its_loop_stopped(
-        start_server: Start, image_root: Path, tmp_path: Path) -> None:
-    """The dataset keeps its newest iterator (a checkpoint of the dataset saves that one's
-    position) until it is closed: then only the position is kept, and the iterator goes with
-    its last reference, not with a garbage collection (the iterator refers to the dataset),
-    which might come only as the interpreter exits, where TensorFlow's teardown of an
-    iterator can wait up to a minute."""
-    server = start_server()
-    spec = half_crops(str(image_root / "imgs"))
-    expected = reference(spec, 4)
-    dataset = ConveyorDataset(server.address, "tf-let-go", spec, run_id="g",
-                              client_options=OPTIONS)
-    for step, _ in enumerate(dataset):
-        if step == 1:
-            break  # 2 batches taken
-    newest = weakref.ref(dataset._newest)
-    dataset.close()
-    assert newest() is None
-    saved = tf.train.Checkpoint(dataset=dataset).save(str(tmp_path / "closed" / "ckpt"))
-    again = ConveyorDataset(server.address, "tf-let-go", spec, run_id="g",
-                            client_options=OPTIONS)
-    tf.train.Checkpoint(dataset=again).restore(saved).assert_consumed()
-    assert element_bytes(next(iter(again))) == expected[2]
-    again.close()
 
 
 def test_an_iterator_that_outlived_its_closed_dataset_takes_no_stream_over(
