@@ -46,8 +46,8 @@ $(TEST_STAMP): $(STAMP)
 	@touch $(TEST_STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist; 0: in pytest's own process). Most
-# of its time is spent waiting on servers, Redis and subprocesses, so two halve it even on
-# two cores.
+# of its time is spent waiting on servers, Redis and subprocesses, so two take about 0.6 of
+# one's time even on two cores.
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -42,27 +42,24 @@ def decode_places(nv: Any, shapes: Sequence[tuple[int, int, int] | None],
     total = int(padded.sum())
     if total == 0:
         return DecodePlaces([None] * len(shapes), [None] * len(shapes))
-    arrays: list[Any] = []
-    images: list[Any] = []
     if cupy is None:
         buffer = np.empty(total, dtype=np.uint8)
-        for shape, start in zip(shapes, starts, strict=True):
-            view = None if shape is None else np.ndarray(shape, np.uint8, buffer, start)
-            arrays.append(view)
-            images.append(None if view is None else nv.as_image(view))
-        return DecodePlaces(arrays, images)
-    buffer = cupy.empty(total, dtype=cupy.uint8)
-    base, stream = buffer.data.ptr, cupy.cuda.get_current_stream().ptr
-    for shape, start in zip(shapes, starts, strict=True):
-        if shape is None:
-            arrays.append(None)
-            images.append(None)
-            continue
-        arrays.append(cupy.ndarray(shape, cupy.uint8, buffer.data + start))
-        # The view's interface without a stream of its own: the buffer was allocated on
-        # the decode's stream, so nvImageCodec has nothing to wait for.
-        images.append(nv.as_image(_DeviceSpan(base + start, shape, buffer), stream))
-    return DecodePlaces(arrays, images)
+
+        def place(shape: tuple[int, int, int], start: int) -> tuple[Any, Any]:
+            view = np.ndarray(shape, np.uint8, buffer, start)
+            return view, nv.as_image(view)
+    else:
+        device = cupy.empty(total, dtype=cupy.uint8)
+        base, stream = device.data.ptr, cupy.cuda.get_current_stream().ptr
+
+        def place(shape: tuple[int, int, int], start: int) -> tuple[Any, Any]:
+            # The view's interface without a stream of its own: the buffer was allocated
+            # on the decode's stream, so nvImageCodec has nothing to wait for.
+            return (cupy.ndarray(shape, cupy.uint8, device.data + start),
+                    nv.as_image(_DeviceSpan(base + start, shape, device), stream))
+    placed = [(None, None) if shape is None else place(shape, start)
+              for shape, start in zip(shapes, starts, strict=True)]
+    return DecodePlaces([view for view, _ in placed], [image for _, image in placed])
 
 
 class _DeviceSpan:
